@@ -1,0 +1,59 @@
+# HybridMQ developer commands. `make demo` and `make test` are the two that matter; both set up
+# everything they need on a fresh machine (the venv, the packages, the Kubernetes binaries).
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+export PYTHONPATH := $(CURDIR)/hack$(if $(PYTHONPATH),:$(PYTHONPATH))
+
+.PHONY: setup k8s-binaries lint fmt test test-unit test-broker test-k8s demo cluster-up cluster-down crds bench clean
+
+setup: $(STAMP) k8s-binaries
+
+$(STAMP): pyproject.toml
+	python3 -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q -e '.[operator,spark,dev]'
+	touch $(STAMP)
+
+k8s-binaries:
+	@hack/k8sbin/build.sh >/dev/null
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
+fmt: $(STAMP)
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+test: setup
+	$(VENV)/bin/pytest -ra tests
+
+test-unit: $(STAMP)
+	$(VENV)/bin/pytest -ra tests/unit
+
+test-broker: $(STAMP)
+	$(VENV)/bin/pytest -ra tests/broker
+
+test-k8s: setup
+	$(VENV)/bin/pytest -ra tests/k8s tests/e2e
+
+crds: $(STAMP)
+	$(PY) -m hybridmq.api.crdgen crds/
+
+cluster-up: setup
+	$(PY) -m localcluster up --dir .localcluster
+
+cluster-down: $(STAMP)
+	$(PY) -m localcluster down --dir .localcluster
+
+demo: setup
+	$(PY) -m localcluster.demo
+
+bench: $(STAMP)
+	$(PY) bench/throughput.py
+
+clean:
+	rm -rf .localcluster .pytest_cache .mypy_cache .ruff_cache
