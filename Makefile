@@ -41,7 +41,7 @@ test-k8s: setup
 	$(VENV)/bin/pytest -ra tests/k8s tests/e2e
 
 crds: $(STAMP)
-	$(PY) -m hybridmq.api.crdgen crds/
+	$(PY) -m hybridmq.api.crdgen crds/ helm/hybridmq/crds/
 
 cluster-up: setup
 	$(PY) -m localcluster up --dir .localcluster

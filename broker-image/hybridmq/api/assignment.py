@@ -50,7 +50,9 @@ class PartitionAssignment(BaseModel):
 
     @property
     def writable(self) -> bool:
-        return self.state == PartitionState.ACTIVE and self.accept_writes and self.primary is not None
+        # A Draining on-demand partition keeps taking writes only with acceptWritesAfterFailover.
+        live = self.state in (PartitionState.ACTIVE, PartitionState.DRAINING)
+        return live and self.accept_writes and self.primary is not None
 
 
 class BrokerEntry(BaseModel):

@@ -1,0 +1,1 @@
+"""The HybridMQ operator: Kopf handlers around a pure planner (``hybridmq_operator.planner``)."""
