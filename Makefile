@@ -6,6 +6,23 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 export PYTHONPATH := $(CURDIR)/hack$(if $(PYTHONPATH),:$(PYTHONPATH))
 
+# The chart's and images' linters
+.PHONY: lint-images lint-chart lock
+
+lint-images: $(STAMP)
+	$(VENV)/bin/hadolint Dockerfile broker-image/Dockerfile
+	shellcheck hack/kind-demo.sh
+
+lint-chart: $(STAMP) k8s-binaries
+	helm="$$(hack/k8sbin/build.sh)/helm" && \
+	  "$$helm" lint --strict helm/hybridmq && \
+	  "$$helm" lint --strict helm/hybridmq --set sampleCluster.enabled=true && \
+	  "$$helm" template hybridmq helm/hybridmq --set sampleCluster.enabled=true >/dev/null
+	diff -r -x kopf.dev_peerings.yaml crds helm/hybridmq/crds
+
+lock: $(STAMP)
+	$(PY) requirements/lock.py
+
 .PHONY: setup k8s-binaries lint fmt test test-unit test-broker test-k8s demo cluster-up cluster-down crds bench clean
 
 setup: $(STAMP) k8s-binaries
@@ -23,6 +40,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	$(MAKE) --no-print-directory lint-images lint-chart
 
 fmt: $(STAMP)
 	$(VENV)/bin/ruff format .
@@ -41,7 +59,9 @@ test-k8s: setup
 	$(VENV)/bin/pytest -ra tests/k8s tests/e2e
 
 crds: $(STAMP)
-	$(PY) -m hybridmq.api.crdgen crds/ helm/hybridmq/crds/
+	$(PY) -m hybridmq.api.crdgen crds/
+	find helm/hybridmq/crds -name '*.yaml' ! -name kopf.dev_peerings.yaml -delete
+	cp crds/*.yaml helm/hybridmq/crds/
 
 cluster-up: setup
 	$(PY) -m localcluster up --dir .localcluster

@@ -1,0 +1,288 @@
+#!/usr/bin/env bash
+# HybridMQ on a laptop with Docker and kind: watch a failover.
+#
+#   hack/kind-demo.sh            create (or reuse) a kind cluster, build and load both images,
+#                                install the chart, create a BrokerCluster, start producers, delete
+#                                the primary MM of a fixed partition, show the partitions failing
+#                                over, then audit the run and print its verdict
+#
+# Needs: docker (a running engine), kind, kubectl, helm; for the audit, the project's venv
+# (`make setup`: the audit, `hybridmq audit`, is a PySpark job, so Java 17 too).
+#
+# Settings (environment):
+#   CLUSTER_NAME=hybridmq     kind cluster           NAMESPACE=hybridmq-demo    BrokerCluster namespace
+#   RELEASE=hybridmq          helm release           OPERATOR_NAMESPACE=hybridmq-system
+#   TAG=dev                   image tag              BROKER_CLUSTER=demo        BrokerCluster name
+#   MESSAGES=20000            per producer           RATE=500                   msgs/s per producer
+#   WATCH_SECONDS=30          watch after the kill   AUDIT_PYTHON=.venv/bin/python  (runs the audit)
+#   WARMUP_SECONDS=10         load before the kill   AUDIT_LOCAL_PORT=17400     port-forward to a CM
+#   SKIP_BUILD=1              reuse loaded images    DELETE_CLUSTER=1           delete the cluster at the end
+#   AUDIT_REPORT=$TMPDIR/hybridmq-demo-audit.json    the audit's JSON report
+# The last line printed is the audit's verdict (verdict=PASS ... or verdict=FAIL ...); the exit
+# status is 0 only on PASS.
+set -euo pipefail
+
+CLUSTER_NAME="${CLUSTER_NAME:-hybridmq}"
+NAMESPACE="${NAMESPACE:-hybridmq-demo}"
+OPERATOR_NAMESPACE="${OPERATOR_NAMESPACE:-hybridmq-system}"
+RELEASE="${RELEASE:-hybridmq}"
+TAG="${TAG:-dev}"
+BROKER_CLUSTER="${BROKER_CLUSTER:-demo}"
+MESSAGES="${MESSAGES:-20000}"
+RATE="${RATE:-500}"
+WATCH_SECONDS="${WATCH_SECONDS:-30}"
+WARMUP_SECONDS="${WARMUP_SECONDS:-10}"
+SKIP_BUILD="${SKIP_BUILD:-0}"
+DELETE_CLUSTER="${DELETE_CLUSTER:-0}"
+CM_PORT=7400 # the operator's CM client port (hybridmq_operator.names.CM_CLIENT_PORT)
+
+OPERATOR_IMAGE="ghcr.io/hybridmq/operator:${TAG}"
+BROKER_IMAGE="ghcr.io/hybridmq/broker:${TAG}"
+LOAD_JOB="${BROKER_CLUSTER}-load"
+BOOTSTRAP="${BROKER_CLUSTER}.${NAMESPACE}.svc:${CM_PORT}"
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "${repo}"
+AUDIT_PYTHON="${AUDIT_PYTHON:-${repo}/.venv/bin/python}"
+AUDIT_REPORT="${AUDIT_REPORT:-${TMPDIR:-/tmp}/hybridmq-demo-audit.json}"
+context="kind-${CLUSTER_NAME}"
+workdir="$(mktemp -d "${TMPDIR:-/tmp}/hybridmq-demo.XXXXXX")"
+background_pids=()
+
+step_no=0
+step() {
+  step_no=$((step_no + 1))
+  printf '\n\033[1m==> %d. %s\033[0m\n' "${step_no}" "$*"
+}
+info() { printf '    %s\n' "$*"; }
+die() {
+  printf 'kind-demo: %s\n' "$*" >&2
+  exit 1
+}
+k() { kubectl --context "${context}" "$@"; }
+now_ms() { python3 -c 'import time; print(int(time.time() * 1000))' 2>/dev/null || echo "$(($(date +%s) * 1000))"; }
+
+cleanup() {
+  local pid
+  for pid in "${background_pids[@]+"${background_pids[@]}"}"; do
+    kill "${pid}" 2>/dev/null || true
+  done
+  rm -rf "${workdir}"
+  if [[ "${DELETE_CLUSTER}" == 1 ]]; then
+    kind delete cluster --name "${CLUSTER_NAME}" || true
+  fi
+}
+trap cleanup EXIT
+
+for tool in docker kind kubectl helm; do
+  command -v "${tool}" >/dev/null || die "${tool} is not on PATH"
+done
+docker info >/dev/null 2>&1 || die "the Docker engine is not running"
+
+# --- 1. cluster -------------------------------------------------------------------------------------
+step "kind cluster ${CLUSTER_NAME}"
+if kind get clusters 2>/dev/null | grep -qx "${CLUSTER_NAME}"; then
+  info "reusing the existing cluster"
+else
+  kind create cluster --name "${CLUSTER_NAME}" --wait 180s
+fi
+k cluster-info | awk "NR == 1"
+
+# --- 2. images --------------------------------------------------------------------------------------
+if [[ "${SKIP_BUILD}" != 1 ]]; then
+  step "docker build ${OPERATOR_IMAGE} and ${BROKER_IMAGE}"
+  version="$(awk -F'"' '/^version = / { print $2; exit }' pyproject.toml)"
+  revision="$(git rev-parse HEAD 2>/dev/null || echo unknown)"
+  created="$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  build_args=(--build-arg "VERSION=${version}" --build-arg "REVISION=${revision}" --build-arg "CREATED=${created}")
+  docker build "${build_args[@]}" -t "${OPERATOR_IMAGE}" -f Dockerfile .
+  docker build "${build_args[@]}" -t "${BROKER_IMAGE}" -f broker-image/Dockerfile .
+
+  step "kind load docker-image"
+  kind load docker-image --name "${CLUSTER_NAME}" "${OPERATOR_IMAGE}" "${BROKER_IMAGE}"
+fi
+
+# --- 3. chart ---------------------------------------------------------------------------------------
+step "helm upgrade --install ${RELEASE} (CRDs, operator, RBAC)"
+helm --kube-context "${context}" upgrade --install "${RELEASE}" helm/hybridmq \
+  --namespace "${OPERATOR_NAMESPACE}" --create-namespace \
+  --set image.operator.tag="${TAG}" --set image.broker.tag="${TAG}" \
+  --wait --timeout 5m
+k -n "${OPERATOR_NAMESPACE}" get deploy,pods -l app.kubernetes.io/instance="${RELEASE}"
+
+# --- 4. BrokerCluster -------------------------------------------------------------------------------
+step "BrokerCluster ${NAMESPACE}/${BROKER_CLUSTER}: 2 CMs, 3 MMs, 3 fixed partitions x 2 copies"
+k create namespace "${NAMESPACE}" --dry-run=client -o yaml | k apply -f -
+k apply -f - <<YAML
+apiVersion: hybridmq.io/v1alpha1
+kind: BrokerCluster
+metadata:
+  name: ${BROKER_CLUSTER}
+  namespace: ${NAMESPACE}
+spec:
+  image: ${BROKER_IMAGE}
+  imagePullPolicy: IfNotPresent
+  connectionManagers:
+    replicas: 2
+  messageManagers:
+    replicas: 3
+    storage:
+      size: 1Gi
+  partitions:
+    fixed:
+      count: 3
+      replicas: 2
+    onDemand:
+      perMessageManager: 1
+YAML
+info "waiting for the cluster to be Ready"
+k -n "${NAMESPACE}" wait "brokercluster/${BROKER_CLUSTER}" --for=condition=Ready --timeout=5m
+k -n "${NAMESPACE}" get hbc,pods -o wide
+k -n "${NAMESPACE}" get hpart
+
+# --- 5. load ----------------------------------------------------------------------------------------
+step "load: a fixed and an on-demand producer, ${MESSAGES} messages each at about ${RATE}/s"
+# The producers read numbered lines from stdin (hybridmq produce sends each line as a message).
+load_script="$(
+  cat <<'SH'
+#!/bin/sh
+# load.sh PARTITION_TYPE: MESSAGES numbered messages to topic:demo, a pause of PAUSE s every 50.
+set -eu
+i=0
+while [ "${i}" -lt "${MESSAGES}" ]; do
+  i=$((i + 1))
+  echo "demo-$1-${i}"
+  [ $((i % 50)) -ne 0 ] || sleep "${PAUSE}"
+done | hybridmq produce topic:demo --partition-type "$1" --key "demo-$1"
+SH
+)"
+pause="$(awk -v rate="${RATE}" 'BEGIN { printf "%.3f", 50 / rate }')"
+k -n "${NAMESPACE}" delete job "${LOAD_JOB}" --ignore-not-found --wait
+k -n "${NAMESPACE}" create configmap "${LOAD_JOB}" --from-literal=load.sh="${load_script}" \
+  --dry-run=client -o yaml | k apply -f -
+containers=""
+for type in fixed on-demand; do
+  containers+="$(
+    cat <<CONTAINER
+        - name: ${type}
+          image: ${BROKER_IMAGE}
+          imagePullPolicy: IfNotPresent
+          command: ["/bin/sh", "/load/load.sh", "${type}"]
+          env:
+            - {name: HYBRIDMQ_BOOTSTRAP, value: "${BOOTSTRAP}"}
+            - {name: MESSAGES, value: "${MESSAGES}"}
+            - {name: PAUSE, value: "${pause}"}
+          volumeMounts:
+            - {name: tmp, mountPath: /tmp}
+            - {name: load, mountPath: /load, readOnly: true}
+          securityContext:
+            allowPrivilegeEscalation: false
+            readOnlyRootFilesystem: true
+            capabilities: {drop: [ALL]}
+CONTAINER
+  )"$'\n'
+done
+k apply -f - <<YAML
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: ${LOAD_JOB}
+  namespace: ${NAMESPACE}
+spec:
+  backoffLimit: 0
+  template:
+    metadata:
+      labels:
+        app.kubernetes.io/name: hybridmq-demo-load
+    spec:
+      restartPolicy: Never
+      automountServiceAccountToken: false
+      securityContext:
+        runAsNonRoot: true
+        runAsUser: 10001
+        runAsGroup: 10001
+        seccompProfile:
+          type: RuntimeDefault
+      volumes:
+        - name: tmp
+          emptyDir: {}
+        - name: load
+          configMap:
+            name: ${LOAD_JOB}
+      containers:
+${containers}
+YAML
+k -n "${NAMESPACE}" wait pod -l "job-name=${LOAD_JOB}" --for=condition=Ready --timeout=3m
+info "producers running; letting them warm up"
+sleep "${WARMUP_SECONDS}"
+k -n "${NAMESPACE}" get hpart
+
+# --- 6. failover ------------------------------------------------------------------------------------
+partition="$(k -n "${NAMESPACE}" get hpart -o jsonpath='{range .items[?(@.spec.type=="fixed")]}{.metadata.name}{"\n"}{end}' | awk 'NR == 1')"
+[[ -n "${partition}" ]] || die "no fixed partition found"
+primary="$(k -n "${NAMESPACE}" get hpart "${partition}" -o jsonpath='{.status.primary}')"
+epoch="$(k -n "${NAMESPACE}" get hpart "${partition}" -o jsonpath='{.status.epoch}')"
+[[ -n "${primary}" ]] || die "partition ${partition} has no primary"
+step "delete the primary MM of ${partition}: pod ${primary} (epoch ${epoch})"
+
+info "kubectl get hpart -w (every change of a partition's status is a line):"
+# Background jobs run kubectl itself (not the k function), so that $! is kubectl's PID.
+kubectl --context "${context}" -n "${NAMESPACE}" get hpart --watch-only --output-watch-events &
+watch_pid="$!"
+background_pids+=("${watch_pid}")
+sleep 1
+
+start_ms="$(now_ms)"
+k -n "${NAMESPACE}" delete pod "${primary}" --wait=false
+new_primary="${primary}"
+new_epoch="${epoch}"
+deadline=$((SECONDS + 120))
+while [[ "${new_primary}" == "${primary}" || "${new_epoch}" == "${epoch}" ]]; do
+  ((SECONDS < deadline)) || die "no new primary for ${partition} after 120 s"
+  sleep 0.2
+  new_primary="$(k -n "${NAMESPACE}" get hpart "${partition}" -o jsonpath='{.status.primary}')"
+  new_epoch="$(k -n "${NAMESPACE}" get hpart "${partition}" -o jsonpath='{.status.epoch}')"
+done
+elapsed_ms=$(($(now_ms) - start_ms))
+info "failover: ${partition} primary ${primary} -> ${new_primary}, epoch ${epoch} -> ${new_epoch}," \
+  "seen $((elapsed_ms / 1000)).$(printf '%03d' $((elapsed_ms % 1000))) s after the pod deletion"
+info "watching for ${WATCH_SECONDS} s more (the replacement backup, the on-demand drain and its garbage collection)"
+sleep "${WATCH_SECONDS}"
+kill "${watch_pid}" 2>/dev/null || true
+
+k -n "${NAMESPACE}" get hpart -o wide
+k -n "${NAMESPACE}" get events --field-selector involvedObject.kind=Partition --sort-by=.lastTimestamp |
+  tail -n 20 || true
+
+# --- 7. audit ---------------------------------------------------------------------------------------
+step "wait for the producers to finish"
+if ! k -n "${NAMESPACE}" wait "job/${LOAD_JOB}" --for=condition=Complete --timeout=15m; then
+  k -n "${NAMESPACE}" logs "job/${LOAD_JOB}" --all-containers --tail=50 || true
+  die "the load job did not complete"
+fi
+k -n "${NAMESPACE}" logs "job/${LOAD_JOB}" --all-containers --tail=5 --prefix || true
+
+step "audit: per-producer order in fixed partitions, no acknowledged message lost, no duplicate"
+# `python -m hybridmq.spark.audit` is `hybridmq audit`: a PySpark job, run from the project's venv
+# on this machine against a CM reached through a port-forward.
+[[ -x "${AUDIT_PYTHON}" ]] || die "${AUDIT_PYTHON} not found: run \`make setup\` (or set AUDIT_PYTHON)"
+local_port="${AUDIT_LOCAL_PORT:-17400}"
+kubectl --context "${context}" -n "${NAMESPACE}" port-forward "service/${BROKER_CLUSTER}" \
+  "${local_port}:${CM_PORT}" >"${workdir}/port-forward.log" 2>&1 &
+background_pids+=("$!")
+for _ in $(seq 1 50); do
+  grep -q "Forwarding from" "${workdir}/port-forward.log" && break
+  sleep 0.2
+done
+audit_status=0
+"${AUDIT_PYTHON}" -m hybridmq.spark.audit --bootstrap "127.0.0.1:${local_port}" \
+  --report "${AUDIT_REPORT}" | tee "${workdir}/audit.log" || audit_status=$?
+verdict="$(grep -E '^verdict=' "${workdir}/audit.log" | tail -n 1 || true)"
+
+info "report: ${AUDIT_REPORT}"
+if [[ "${DELETE_CLUSTER}" != 1 ]]; then
+  info "cluster ${CLUSTER_NAME} kept (kind delete cluster --name ${CLUSTER_NAME}, or DELETE_CLUSTER=1 next time)"
+fi
+# The last line is the verdict.
+printf '\n\033[1m%s\033[0m\n' "${verdict:-verdict=FAIL (the audit printed no verdict; exit status ${audit_status})}"
+[[ "${audit_status}" == 0 && "${verdict}" == verdict=PASS* ]]
