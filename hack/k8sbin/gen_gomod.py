@@ -17,7 +17,10 @@ def main() -> None:
     info = json.loads(
         subprocess.run(
             ["go", "mod", "download", "-json", f"k8s.io/kubernetes@v{version}"],
-            check=True, capture_output=True, text=True, cwd=target,
+            check=True,
+            capture_output=True,
+            text=True,
+            cwd=target,
         ).stdout
     )
     upstream = json.loads(
@@ -46,6 +49,7 @@ def main() -> None:
         gomod.write_text(text)
         # The checksums belong to the previous release: go build -mod=mod records new ones.
         (target / "go.sum").unlink(missing_ok=True)
+
 
 if __name__ == "__main__":
     main()

@@ -1,0 +1,162 @@
+"""End-to-end throughput: producer -> CM -> MM -> CM -> consumer, 100-byte messages.
+
+Starts 1 CM + 1 MM as real subprocesses (``LocalCluster``, fsync group commit on), then in this
+process one producer (batching on: linger + batch size) and one consumer on the same topic. Each
+value carries its send time (monotonic ns) so latency = send -> receive. Appends one JSON line to
+``bench/results/throughput.jsonl`` and ends with ``msgs_per_s=… p50_ms=… p99_ms=…``.
+
+    .venv/bin/python bench/throughput.py [--messages 1000000] [--size 100] [--fsync group]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import struct
+import tempfile
+import time
+from pathlib import Path
+
+from hybridmq.broker.runtime import install_uvloop
+from hybridmq.client import Consumer, Producer
+from hybridmq.local.runner import LocalCluster
+
+RESULTS = Path(__file__).resolve().parent / "results" / "throughput.jsonl"
+_TS = struct.Struct(">q")
+
+
+async def run(
+    bootstrap: str,
+    messages: int,
+    size: int,
+    linger_ms: float,
+    batch_bytes: int,
+    window: int,
+    pending_bytes: int,
+) -> dict[str, float]:
+    dest = "topic:bench"
+    consumer = await Consumer.connect(bootstrap, dest, window=window, window_bytes=window << 8)
+    producer = await Producer.connect(
+        bootstrap, linger_ms=linger_ms, batch_bytes=batch_bytes, max_pending_bytes=pending_bytes
+    )
+    pad = b"x" * (size - _TS.size)
+    latencies: list[int] = []
+    done = asyncio.Event()
+    received = 0
+
+    async def consume() -> None:
+        nonlocal received
+        while received < messages:
+            batch = await consumer.receive_batch(timeout=60)
+            now = time.monotonic_ns()
+            for m in batch:
+                latencies.append(now - _TS.unpack_from(m.value)[0])  # type: ignore[union-attr]
+            received += len(batch)
+        done.set()
+
+    task = asyncio.create_task(consume())
+    start = time.monotonic()
+    mono = time.monotonic_ns
+    pack = _TS.pack
+    try_send = producer.try_send
+    sent = 0
+    while sent < messages:
+        if not try_send(dest, pack(mono()) + pad):
+            await producer.wait_unblocked()
+            continue
+        sent += 1
+        if sent % 512 == 0:
+            await asyncio.sleep(0)
+    await producer.flush()
+    await asyncio.wait_for(done.wait(), 120)
+    elapsed = time.monotonic() - start
+    await task
+    await producer.close()
+    await consumer.close()
+    latencies.sort()
+    return {
+        "msgs_per_s": messages / elapsed,
+        "p50_ms": latencies[len(latencies) // 2] / 1e6,
+        "p99_ms": latencies[int(len(latencies) * 0.99)] / 1e6,
+        "elapsed_s": elapsed,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--messages", type=int, default=1_000_000)
+    ap.add_argument("--size", type=int, default=100)
+    ap.add_argument("--linger-ms", type=float, default=2.0)
+    ap.add_argument("--batch-bytes", type=int, default=64 * 1024)
+    ap.add_argument("--fsync", default="group", choices=["group", "always", "never"])
+    ap.add_argument("--window", type=int, default=4_000, help="consumer window (records)")
+    ap.add_argument("--pending-bytes", type=int, default=500_000, help="producer max pending bytes")
+    ap.add_argument("--max-backlog", type=int, default=5_000, help="MM backlog before producers block")
+    ap.add_argument("--profile", help="directory for cProfile output of CM, MM and this client process")
+    args = ap.parse_args()
+    if args.profile:
+        os.makedirs(args.profile, exist_ok=True)
+        os.environ["HYBRIDMQ_PROFILE"] = os.path.abspath(args.profile)
+    install_uvloop()
+    load_before = os.getloadavg()[0]  # other work on the box skews the numbers: record it
+    with tempfile.TemporaryDirectory(prefix="hmq-bench-") as tmp:
+        cluster = LocalCluster(
+            Path(tmp),
+            mms=1,
+            fixed_per_mm=1,
+            on_demand_per_mm=1,
+            fsync=args.fsync,
+            mm_args=["--max-backlog", str(args.max_backlog)],
+        )
+        with cluster:
+            prof = None
+            if args.profile:
+                import cProfile
+
+                prof = cProfile.Profile()
+                prof.enable()
+            result = asyncio.run(
+                run(
+                    cluster.bootstrap,
+                    args.messages,
+                    args.size,
+                    args.linger_ms,
+                    args.batch_bytes,
+                    args.window,
+                    args.pending_bytes,
+                )
+            )
+            if prof is not None:
+                prof.disable()
+                prof.dump_stats(os.path.join(args.profile, "client.prof"))
+    record = {
+        "bench": "throughput",
+        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "messages": args.messages,
+        "size": args.size,
+        "linger_ms": args.linger_ms,
+        "batch_bytes": args.batch_bytes,
+        "fsync": args.fsync,
+        "window": args.window,
+        "pending_bytes": args.pending_bytes,
+        "max_backlog": args.max_backlog,
+        "cpus": os.cpu_count(),
+        "loadavg_1m_before": round(load_before, 2),
+        "profiled": bool(args.profile),
+        "python": platform.python_version(),
+        **{k: round(v, 3) for k, v in result.items()},
+    }
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    with RESULTS.open("a") as f:
+        f.write(json.dumps(record) + "\n")
+    print(json.dumps(record))
+    print(
+        f"msgs_per_s={result['msgs_per_s']:.0f} p50_ms={result['p50_ms']:.2f} p99_ms={result['p99_ms']:.2f}"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,148 @@
+"""HybridMQ wire protocol: frame types, field names, error codes and the handshake version.
+
+Framing (``hybridmq.broker.protocol`` implements it): every frame is a 4-byte big-endian unsigned
+length followed by that many bytes of msgpack. The body is a msgpack *map* with short string keys.
+A reader checks the length against its maximum frame size **before** reading the body; a body that
+is not a map with an integer ``t`` is malformed. Both end that one connection with an ``ERROR``
+frame (``code`` = ``FRAME_TOO_LARGE`` / ``PROTOCOL_ERROR``, ``fatal`` = true).
+
+Common keys: ``t`` frame type, ``c`` correlation id of a request (client-chosen, unique per
+connection), ``r`` the correlation id a reply answers. Requests are pipelined: many may be in flight
+on one connection and replies may come out of order.
+
+Handshake: the connecting side sends ``HELLO {v, id, user, password, role}``; the server answers
+``HELLO_OK {v, session, node, max_frame}`` or a fatal ``ERROR`` (``UNSUPPORTED_VERSION``,
+``AUTH_FAILED``) and closes. Nothing else is accepted before ``HELLO_OK``.
+
+Records and batches: a producer packs many records into ONE opaque blob ``b`` (msgpack array of
+``[value, key, headers, timestamp_ms]``); CM and MM never decode it. A batch names its destination
+``d``, record count ``n``, flags ``f`` and absolute expiry ``x`` (ms since epoch, 0 = never).
+Offsets count records; the message id of a record is ``<partition>:<offset>`` (cluster-unique).
+
+Frames (direction; fields):
+
+=================  ==========================================================================
+HELLO              client->server: v, id (client id), user, password, role ("client"|"cm"),
+                   app (application name for the directory's application table)
+HELLO_OK           server->client: r?, v, session, node, max_frame
+ERROR              either: r (when answering a request), code, msg, fatal (bool)
+OK                 reply: r, plus request-specific fields
+OPEN_PRODUCER      client->CM: c, ptype ("fixed"|"on-demand"), key?, partition?
+                   -> OK {r, partition, producer_id (str), pid (int, idempotence id)}
+PRODUCE            client->CM: c, p (partition), d, n, b, f, x, pid?, pep? (producer epoch),
+                   seq? (base sequence of the batch; the MM stores a resend of a stored
+                   (pid, pep, seq) once and acks it with the original offsets, ``dup`` = true)
+                   CM->MM: the same plus e (partition epoch); MM refuses a stale epoch
+PRODUCE_ACK        reply: r, p, o (base offset), l (last offset), dup (resend of a stored batch)
+SUBSCRIBE          client->CM: c, s (client subscription id), d (destination or pattern),
+                   m ("exact"|"glob"|"regex"), dn (durable name or nil), w (window records),
+                   wb (window bytes). CM->MM: same with s = CM-wide key, e = {partition: epoch}
+UNSUBSCRIBE        c, s
+DELIVER            MM->CM->client: s, p, d, o (base offset), n, b, f, rd (delivery count - 1),
+                   xa (extra attributes: chunk info, DMQ origin and reason)
+ACK                client->CM->MM: s, p, o (base offset of the delivered batch); CM->MM adds e
+                   (partition epoch; the MM ignores acks of an older epoch). No reply.
+NACK               client->CM->MM: s, p, o — give the batch back for redelivery. No reply.
+ADMIN              client->CM: c, cmd, args -> one or more ADMIN_PART {r, i, of, data};
+                   a composite reply says how many parts (``of``) to expect.
+DIRECTORY          client->CM: c -> OK {r, brokers: [BrokerEntry dicts], partitions: [...],
+                   applications: {cm: {app: sessions}}}
+PING / PONG        c / r (liveness)
+=================  ==========================================================================
+
+Batch flags (``f``): ``CHUNK`` marks one chunk of a very large message (``b`` is raw bytes, ``xa``
+= {sid, seq, fin}); the final chunk has ``fin`` = true. ``DMQ`` marks a batch moved to ``_DMQ``
+(``xa`` = {orig, reason, from}).
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+PROTOCOL_VERSION = 1
+LENGTH_PREFIX_BYTES = 4
+DEFAULT_MAX_FRAME = 16 * 1024 * 1024
+RESERVED_PREFIX = "_"
+ADMIN_DESTINATION = "_ADMIN"
+LOG_DESTINATION = "topic:_LOG"
+DMQ_DESTINATION = "queue:_DMQ"
+
+
+class FrameType(IntEnum):
+    HELLO = 1
+    HELLO_OK = 2
+    ERROR = 3
+    OK = 4
+    OPEN_PRODUCER = 10
+    PRODUCE = 11
+    PRODUCE_ACK = 12
+    SUBSCRIBE = 20
+    UNSUBSCRIBE = 21
+    DELIVER = 22
+    ACK = 23
+    NACK = 24
+    ADMIN = 30
+    ADMIN_PART = 31
+    DIRECTORY = 40
+    PING = 50
+    PONG = 51
+
+
+class ErrorCode(IntEnum):
+    PROTOCOL_ERROR = 1
+    FRAME_TOO_LARGE = 2
+    UNSUPPORTED_VERSION = 3
+    AUTH_FAILED = 10
+    NOT_AUTHENTICATED = 11
+    ACL_DENIED = 12
+    RESERVED_NAME = 13
+    INVALID_DESTINATION = 14
+    UNKNOWN_PARTITION = 20
+    NOT_PRIMARY = 21
+    STALE_EPOCH = 22
+    PARTITION_NOT_WRITABLE = 23
+    MM_UNAVAILABLE = 24
+    OUT_OF_ORDER_SEQUENCE = 25
+    PRODUCER_FENCED = 26
+    INVALID_REQUEST = 30
+    UNKNOWN_SUBSCRIPTION = 31
+    INTERNAL = 50
+
+
+class BatchFlag(IntEnum):
+    CHUNK = 1
+    DMQ = 2
+
+
+# Frames that answer a request (carry ``r``).
+REPLY_TYPES = frozenset(
+    {FrameType.OK, FrameType.PRODUCE_ACK, FrameType.ADMIN_PART, FrameType.PONG, FrameType.HELLO_OK}
+)
+
+
+def error_frame(
+    code: ErrorCode, msg: str, reply_to: int | None = None, fatal: bool = False
+) -> dict[str, object]:
+    """Build an ERROR frame; ``reply_to`` ties it to a request, ``fatal`` means the sender closes."""
+    frame: dict[str, object] = {"t": FrameType.ERROR, "code": int(code), "msg": msg, "fatal": fatal}
+    if reply_to is not None:
+        frame["r"] = reply_to
+    return frame
+
+
+def split_kind(destination: str) -> tuple[str, str]:
+    """``"queue:orders"`` -> ``("queue", "orders")``; a bare name is a topic."""
+    kind, sep, name = destination.partition(":")
+    if sep and kind in ("queue", "topic"):
+        return kind, name
+    return "topic", destination
+
+
+def canonical(destination: str) -> str:
+    """The canonical form ``kind:name`` used on the wire and in the log."""
+    kind, name = split_kind(destination)
+    return f"{kind}:{name}"
+
+
+def is_reserved(destination: str) -> bool:
+    return split_kind(destination)[1].startswith(RESERVED_PREFIX)

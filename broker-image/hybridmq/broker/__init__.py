@@ -1,0 +1,1 @@
+"""HybridMQ broker processes: the Connection Manager (cm) and the Message Manager (mm)."""

@@ -1,0 +1,1 @@
+"""Connection Manager: client sessions, authentication, ACLs, routing to MMs, the directory."""

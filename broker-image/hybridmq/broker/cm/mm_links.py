@@ -1,0 +1,87 @@
+"""The CM's connections to the Message Managers, one per MM, reconnecting for ever.
+
+When a link (re)connects, ``on_connect`` is called so the CM can replay its active subscriptions:
+an MM that restarted (kill -9 test) gets its consumers back without the clients noticing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from hybridmq.api.frames import PROTOCOL_VERSION, FrameType
+from hybridmq.broker.protocol import Connection, open_connection
+
+log = logging.getLogger(__name__)
+
+
+class MMLink:
+    def __init__(
+        self,
+        name: str,
+        address: str,
+        node: str,
+        token: str | None,
+        max_frame: int,
+        on_frame: Callable[[MMLink, dict[str, Any]], None],
+        on_connect: Callable[[MMLink], Awaitable[None]],
+    ) -> None:
+        self.name = name
+        self.address = address
+        self.node = node
+        self.token = token
+        self.max_frame = max_frame
+        self.on_frame = on_frame
+        self.on_connect = on_connect
+        self.conn: Connection | None = None
+        self.connected = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task:
+            self._task.cancel()
+        if self.conn:
+            self.conn.close()
+
+    async def _run(self) -> None:
+        host, _, port = self.address.rpartition(":")
+        delay = 0.05
+        while True:
+            try:
+                conn, _ = await open_connection(
+                    host,
+                    int(port),
+                    {
+                        "t": FrameType.HELLO,
+                        "v": PROTOCOL_VERSION,
+                        "id": self.node,
+                        "role": "cm",
+                        "user": "cm",
+                        "password": self.token,
+                    },
+                    self.max_frame,
+                    name=f"cm->{self.name}",
+                )
+            except (OSError, asyncio.IncompleteReadError, Exception) as exc:
+                log.debug("link to %s (%s) failed: %s", self.name, self.address, exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 0.25)
+                continue
+            delay = 0.05
+            self.conn = conn
+            log.info("connected to mm %s at %s", self.name, self.address)
+            runner = asyncio.create_task(conn.run(lambda f: self.on_frame(self, f)))
+            try:
+                await self.on_connect(self)
+            except Exception:
+                log.exception("replaying subscriptions to %s", self.name)
+            self.connected.set()
+            await runner
+            self.connected.clear()
+            self.conn = None
+            log.warning("lost mm %s", self.name)

@@ -1,0 +1,487 @@
+"""The Connection Manager process.
+
+Per client connection (a *session*, id from ``IdGenerator``): the HELLO is authenticated against the
+``CredentialStore`` (a failure answers a fatal AUTH_FAILED to that client only), then frames are
+handled without decoding any record:
+
+* OPEN_PRODUCER picks the producer's partition: ``fixed`` = crc32(key) over the writable fixed
+  partitions (or the one named), ``on-demand`` = round robin over writable on-demand partitions.
+* PRODUCE is checked (reserved ``_`` names, produce ACL) and forwarded to the partition's primary MM
+  with the partition epoch; the MM's PRODUCE_ACK goes back under the client's correlation id.
+* SUBSCRIBE (consume ACL) is sent to every MM under a CM-wide key ``<session>/<sub>``; the MMs push
+  DELIVER frames which are relayed to the client; ACK/NACK go to the partition's primary.
+* ADMIN answers composite replies (one part per MM for ``mm-stats``); DIRECTORY the broker table.
+
+Back-pressure: the CM stops reading a client while the MM link it forwards to has a full write
+buffer; deliveries are bounded by the consumer windows the MMs enforce.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import secrets
+import zlib
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from hybridmq.api.assignment import BrokerRole, PartitionType
+from hybridmq.api.frames import (
+    DMQ_DESTINATION,
+    LOG_DESTINATION,
+    PROTOCOL_VERSION,
+    ErrorCode,
+    FrameType,
+    canonical,
+    error_frame,
+    is_reserved,
+)
+from hybridmq.broker.assignment_source import AssignmentSource
+from hybridmq.broker.auth import AclTable, CredentialStore
+from hybridmq.broker.cm.mm_links import MMLink
+from hybridmq.broker.destinations.matching import MATCH_KINDS, make_matcher
+from hybridmq.broker.ids import IdGenerator
+from hybridmq.broker.log_events import LogEventBuffer
+from hybridmq.broker.protocol import Connection, ProtocolError, RemoteError, read_frame
+from hybridmq.broker.protocol.connection import HIGH_WATER, ConnectionClosed
+
+log = logging.getLogger(__name__)
+CONSUMABLE_RESERVED = (DMQ_DESTINATION, LOG_DESTINATION)
+MAX_PATTERN = 256
+
+
+@dataclass
+class CMConfig:
+    name: str
+    host: str = "127.0.0.1"
+    port: int = 7000
+    max_frame: int = 16 * 1024 * 1024
+    cluster_token: str | None = None
+
+
+@dataclass(eq=False)
+class Session:
+    id: str
+    user: str
+    client_id: str
+    conn: Connection
+    app: str = ""
+    subs: dict[int, str] = field(default_factory=dict)
+    producers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class SubEntry:
+    session: Session
+    client_sub: int
+    mm_frame: dict[str, Any]
+
+
+class ConnectionManager:
+    def __init__(
+        self,
+        config: CMConfig,
+        source: AssignmentSource,
+        credentials: CredentialStore | None = None,
+        acl: AclTable | None = None,
+    ) -> None:
+        self.config = config
+        self.source = source
+        self.credentials = credentials or CredentialStore()
+        self.acl = acl or AclTable()
+        self.ids = IdGenerator(config.name)
+        self.links: dict[str, MMLink] = {}
+        self.sessions: dict[str, Session] = {}
+        self.subs: dict[str, SubEntry] = {}
+        self._rr = itertools.count()
+        self._server: asyncio.base_events.Server | None = None
+        self.ready = False
+        self.produced_batches = 0
+        self.delivered_batches = 0
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    async def start(self) -> None:
+        await self.source.start()
+        self.source.subscribe(self._sync_links)
+        self._sync_links()
+        self._server = await asyncio.start_server(
+            self._serve, self.config.host, self.config.port, limit=2 * 1024 * 1024
+        )
+        self._log_events = LogEventBuffer(self.config.name, "cm").install()
+        self._log_task = asyncio.create_task(self._publish_log_events())
+        self.ready = True
+        log.info("cm %s listening on %s:%d", self.config.name, self.config.host, self.config.port)
+
+    async def stop(self) -> None:
+        self.ready = False
+        if self._server:
+            self._server.close()
+        for s in list(self.sessions.values()):
+            s.conn.close()
+        for link in self.links.values():
+            await link.stop()
+        await self.source.stop()
+        if hasattr(self, "_log_task"):
+            self._log_task.cancel()
+            self._log_events.remove()
+
+    async def _publish_log_events(self) -> None:
+        """Forward this CM's log events to ``topic:_LOG`` through a writable on-demand partition."""
+        while True:
+            await asyncio.sleep(0.5)
+            live = [a for a in self.source.writable(PartitionType.ON_DEMAND) if self._link_up(a.primary)]
+            live = live or [a for a in self.source.writable(PartitionType.FIXED) if self._link_up(a.primary)]
+            taken = self._log_events.take_blob() if live else None
+            if taken is None:
+                continue
+            a = live[0]
+            conn = self.links[a.primary or ""].conn
+            if conn is None:
+                continue
+            fut = conn.request_nowait(
+                {
+                    "t": FrameType.PRODUCE,
+                    "p": a.name,
+                    "d": LOG_DESTINATION,
+                    "n": taken[0],
+                    "b": taken[1],
+                    "f": 0,
+                    "x": 0,
+                    "e": a.epoch,
+                }
+            )
+            fut.add_done_callback(lambda f: f.exception())
+
+    def _sync_links(self) -> None:
+        for b in self.source.brokers().values():
+            if b.role == BrokerRole.MM and b.name not in self.links:
+                link = MMLink(
+                    b.name,
+                    b.address,
+                    self.config.name,
+                    self.config.cluster_token,
+                    self.config.max_frame,
+                    self._on_mm_frame,
+                    self._replay_subscriptions,
+                )
+                self.links[b.name] = link
+                link.start()
+
+    async def _replay_subscriptions(self, link: MMLink) -> None:
+        assert link.conn is not None
+        for entry in list(self.subs.values()):
+            fut = link.conn.request_nowait(dict(entry.mm_frame))
+            fut.add_done_callback(lambda f: f.exception())
+
+    # -- MM -> CM --------------------------------------------------------------------------------
+    def _on_mm_frame(self, link: MMLink, frame: dict[str, Any]) -> None:
+        if frame["t"] != FrameType.DELIVER:
+            return
+        entry = self.subs.get(frame.get("s", ""))
+        if entry is None or entry.session.conn.closed:
+            return
+        if not self.acl.allowed(entry.session.user, "consume", frame.get("d", "")):
+            if link.conn is not None:
+                link.conn.send_nowait({"t": FrameType.ACK, "s": frame["s"], "p": frame["p"], "o": frame["o"]})
+            return
+        frame["s"] = entry.client_sub
+        self.delivered_batches += 1
+        try:
+            entry.session.conn.send_nowait(frame)
+        except ConnectionClosed:
+            pass
+
+    # -- client connections ----------------------------------------------------------------------
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        conn = Connection(reader, writer, self.config.max_frame, name=f"cm:{self.config.name}")
+        try:
+            hello = await asyncio.wait_for(read_frame(reader, self.config.max_frame), 10)
+        except (ProtocolError, TimeoutError, ConnectionError, asyncio.IncompleteReadError) as exc:
+            code = exc.code if isinstance(exc, ProtocolError) else ErrorCode.PROTOCOL_ERROR
+            log.warning("protocol error from %s during the handshake: %s", conn.peer, exc)
+            await self._refuse(conn, code, f"handshake failed: {exc}")
+            return
+        if hello is None:
+            conn.close()
+            return
+        if hello.get("t") != FrameType.HELLO:
+            await self._refuse(conn, ErrorCode.NOT_AUTHENTICATED, "the first frame must be HELLO")
+            return
+        if hello.get("v") != PROTOCOL_VERSION:
+            await self._refuse(
+                conn, ErrorCode.UNSUPPORTED_VERSION, f"protocol version {hello.get('v')!r} unsupported"
+            )
+            return
+        user = str(hello.get("user") or "anonymous")
+        ok = await asyncio.get_running_loop().run_in_executor(
+            None, self.credentials.authenticate, hello.get("user"), hello.get("password")
+        )
+        if not ok:
+            log.warning("authentication failed for user %r from %s", user, conn.peer)
+            await self._refuse(conn, ErrorCode.AUTH_FAILED, f"authentication failed for user {user!r}")
+            return
+        session = Session(
+            self.ids.next(), user, str(hello.get("id", "")), conn, str(hello.get("app") or user)
+        )
+        self.sessions[session.id] = session
+        conn.send_nowait(
+            {
+                "t": FrameType.HELLO_OK,
+                "v": PROTOCOL_VERSION,
+                "session": session.id,
+                "node": self.config.name,
+                "max_frame": self.config.max_frame,
+            }
+        )
+        conn.on_close.append(lambda: self._session_closed(session))
+        await conn.run(lambda f: self._handle(session, f))
+
+    async def _refuse(self, conn: Connection, code: ErrorCode, msg: str) -> None:
+        try:
+            conn.send_nowait(error_frame(code, msg, fatal=True))
+            await asyncio.wait_for(conn.writer.drain(), 1)
+        except Exception:
+            pass
+        conn.close()
+
+    def _session_closed(self, session: Session) -> None:
+        self.sessions.pop(session.id, None)
+        for key in session.subs.values():
+            self.subs.pop(key, None)
+            for link in self.links.values():
+                if link.conn is not None and not link.conn.closed:
+                    link.conn.send_nowait({"t": FrameType.UNSUBSCRIBE, "c": 0, "s": key})
+
+    def _handle(self, session: Session, frame: dict[str, Any]) -> Any:
+        t = frame["t"]
+        try:
+            if t == FrameType.PRODUCE:
+                return self._produce(session, frame)
+            if t in (FrameType.ACK, FrameType.NACK):
+                self._ack(session, frame)
+            elif t == FrameType.OPEN_PRODUCER:
+                self._open_producer(session, frame)
+            elif t == FrameType.SUBSCRIBE:
+                return self._subscribe(session, frame)
+            elif t == FrameType.UNSUBSCRIBE:
+                return self._unsubscribe(session, frame)
+            elif t == FrameType.ADMIN:
+                return self._admin(session, frame)
+            elif t == FrameType.DIRECTORY:
+                session.conn.reply(frame, {"t": FrameType.OK, **self.directory()})
+            elif t == FrameType.PING:
+                session.conn.reply(frame, {"t": FrameType.PONG})
+            else:
+                session.conn.reply_error(frame, ErrorCode.INVALID_REQUEST, f"unexpected frame type {t}")
+        except (KeyError, ValueError, TypeError) as exc:
+            session.conn.reply_error(frame, ErrorCode.INVALID_REQUEST, f"bad frame: {exc!r}")
+        return None
+
+    # -- produce ---------------------------------------------------------------------------------
+    def _open_producer(self, session: Session, frame: dict[str, Any]) -> None:
+        ptype = PartitionType(frame.get("ptype") or PartitionType.ON_DEMAND)
+        partitions = self.source.partitions()
+        name = frame.get("partition")
+        if name:
+            if name not in partitions:
+                session.conn.reply_error(frame, ErrorCode.UNKNOWN_PARTITION, f"no partition {name!r}")
+                return
+        else:
+            candidates = self.source.writable(ptype)
+            if not candidates:
+                session.conn.reply_error(frame, ErrorCode.UNKNOWN_PARTITION, f"no writable {ptype} partition")
+                return
+            if ptype == PartitionType.FIXED:
+                key = frame.get("key")
+                key_bytes = key if isinstance(key, bytes) else str(key or session.id).encode()
+                name = candidates[zlib.crc32(key_bytes) % len(candidates)].name
+            else:
+                live = [a for a in candidates if self._link_up(a.primary)] or candidates
+                name = live[next(self._rr) % len(live)].name
+        producer_id = self.ids.next()
+        session.producers[producer_id] = name
+        session.conn.reply(
+            frame,
+            {"t": FrameType.OK, "partition": name, "producer_id": producer_id, "pid": secrets.randbits(62)},
+        )
+
+    def _link_up(self, mm: str | None) -> bool:
+        link = self.links.get(mm or "")
+        return link is not None and link.conn is not None and not link.conn.closed
+
+    def _produce(self, session: Session, frame: dict[str, Any]) -> Any:
+        corr = frame.get("c")
+        raw = frame.get("d")
+        if not isinstance(raw, str) or not raw or len(raw) > MAX_PATTERN:
+            session.conn.reply_error(
+                frame,
+                ErrorCode.INVALID_DESTINATION,
+                f"destination must be a string of 1..{MAX_PATTERN} chars",
+            )
+            return None
+        dest = canonical(raw)
+        if is_reserved(dest):
+            session.conn.reply_error(
+                frame, ErrorCode.RESERVED_NAME, f"destination {raw!r} is reserved (names starting with '_')"
+            )
+            return None
+        if not self.acl.allowed(session.user, "produce", dest):
+            session.conn.reply_error(
+                frame, ErrorCode.ACL_DENIED, f"user {session.user!r} may not produce to {dest!r}"
+            )
+            return None
+        a = self.source.partitions().get(frame.get("p", ""))
+        if a is None:
+            session.conn.reply_error(frame, ErrorCode.UNKNOWN_PARTITION, f"no partition {frame.get('p')!r}")
+            return None
+        if not a.writable:
+            session.conn.reply_error(frame, ErrorCode.PARTITION_NOT_WRITABLE, f"{a.name} takes no writes")
+            return None
+        link = self.links.get(a.primary or "")
+        if link is None or link.conn is None or link.conn.closed:
+            session.conn.reply_error(frame, ErrorCode.MM_UNAVAILABLE, f"primary of {a.name} unavailable")
+            return None
+        frame["d"] = dest
+        frame["e"] = a.epoch
+        fut = link.conn.request_nowait(frame)
+        fut.add_done_callback(partial(self._produced, session, corr))
+        self.produced_batches += 1
+        if link.conn.write_buffer_size > HIGH_WATER:
+            return link.conn.drain()
+        return None
+
+    def _produced(self, session: Session, corr: Any, fut: asyncio.Future[Any]) -> None:
+        if session.conn.closed:
+            return
+        exc = fut.exception()
+        if exc is None:
+            reply = fut.result()
+            reply["r"] = corr
+        elif isinstance(exc, RemoteError):
+            reply = error_frame(ErrorCode(exc.code), exc.msg, corr)
+        else:
+            reply = error_frame(ErrorCode.MM_UNAVAILABLE, f"lost the MM: {exc}", corr)
+        session.conn.send_nowait(reply)
+
+    # -- consume ---------------------------------------------------------------------------------
+    async def _subscribe(self, session: Session, frame: dict[str, Any]) -> None:
+        sub = int(frame["s"])
+        mode = str(frame.get("m", "exact"))
+        raw = frame.get("d")
+        if mode not in MATCH_KINDS or not isinstance(raw, str) or not raw:
+            session.conn.reply_error(frame, ErrorCode.INVALID_DESTINATION, f"bad destination {raw!r}/{mode}")
+            return
+        dest = canonical(raw)
+        if len(dest) > MAX_PATTERN:
+            session.conn.reply_error(
+                frame, ErrorCode.INVALID_DESTINATION, f"pattern longer than {MAX_PATTERN}"
+            )
+            return
+        try:
+            make_matcher(dest, mode)
+        except Exception as exc:
+            session.conn.reply_error(frame, ErrorCode.INVALID_DESTINATION, f"bad pattern: {exc}")
+            return
+        if mode == "exact" and is_reserved(dest) and dest not in CONSUMABLE_RESERVED:
+            session.conn.reply_error(frame, ErrorCode.RESERVED_NAME, f"destination {raw!r} is reserved")
+            return
+        if not self.acl.allowed(session.user, "consume", dest):
+            session.conn.reply_error(
+                frame, ErrorCode.ACL_DENIED, f"user {session.user!r} may not consume from {dest!r}"
+            )
+            return
+        key = f"{session.id}/{sub}"
+        mm_frame = {
+            "t": FrameType.SUBSCRIBE,
+            "s": key,
+            "d": dest,
+            "m": mode,
+            "dn": frame.get("dn"),
+            "w": int(frame.get("w", 10000)),
+            "wb": int(frame.get("wb", 8 << 20)),
+        }
+        self.subs[key] = SubEntry(session, sub, mm_frame)
+        session.subs[sub] = key
+        futs = [
+            link.conn.request(dict(mm_frame), timeout=10)
+            for link in self.links.values()
+            if link.conn is not None and not link.conn.closed
+        ]
+        results = await asyncio.gather(*futs, return_exceptions=True)
+        errors = [r for r in results if isinstance(r, BaseException)]
+        if errors:
+            log.warning("subscribe %s: %d MMs failed: %s", key, len(errors), errors[0])
+        session.conn.reply(frame, {"t": FrameType.OK, "key": key})
+
+    async def _unsubscribe(self, session: Session, frame: dict[str, Any]) -> None:
+        key = session.subs.pop(int(frame["s"]), None)
+        if key is not None:
+            self.subs.pop(key, None)
+            futs = [
+                link.conn.request({"t": FrameType.UNSUBSCRIBE, "s": key}, timeout=10)
+                for link in self.links.values()
+                if link.conn is not None and not link.conn.closed
+            ]
+            await asyncio.gather(*futs, return_exceptions=True)
+        session.conn.reply(frame, {"t": FrameType.OK})
+
+    def _ack(self, session: Session, frame: dict[str, Any]) -> None:
+        key = session.subs.get(int(frame["s"]))
+        a = self.source.partitions().get(frame.get("p", ""))
+        if key is None or a is None:
+            return
+        link = self.links.get(a.primary or "")
+        if link is not None and link.conn is not None and not link.conn.closed:
+            frame["s"] = key
+            frame["e"] = a.epoch
+            link.conn.send_nowait(frame)
+
+    # -- admin / directory -----------------------------------------------------------------------
+    def directory(self) -> dict[str, Any]:
+        apps: dict[str, int] = {}
+        for s in self.sessions.values():
+            apps[s.app] = apps.get(s.app, 0) + 1
+        return {
+            "applications": {self.config.name: apps},
+            "brokers": [b.model_dump(mode="json") for b in self.source.brokers().values()],
+            "partitions": [p.model_dump(mode="json") for p in self.source.partitions().values()],
+        }
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "node": self.config.name,
+            "role": "cm",
+            "sessions": len(self.sessions),
+            "subscriptions": len(self.subs),
+            "produced_batches": self.produced_batches,
+            "delivered_batches": self.delivered_batches,
+            "mm_links": {n: self._link_up(n) for n in self.links},
+        }
+
+    async def _admin(self, session: Session, frame: dict[str, Any]) -> None:
+        cmd = frame.get("cmd")
+        parts: list[Any]
+        if cmd == "stats":
+            parts = [self.stats()]
+        elif cmd == "directory":
+            parts = [self.directory()]
+        elif cmd == "sessions":
+            parts = [
+                {"id": s.id, "user": s.user, "client": s.client_id, "subs": len(s.subs)}
+                for s in self.sessions.values()
+            ] or [None]
+        elif cmd == "mm-stats":
+            futs = [
+                link.conn.request({"t": FrameType.ADMIN, "cmd": "stats"}, timeout=10)
+                for link in self.links.values()
+                if link.conn is not None and not link.conn.closed
+            ]
+            results = await asyncio.gather(*futs, return_exceptions=True)
+            parts = [r["parts"][0] if isinstance(r, dict) else {"error": str(r)} for r in results] or [None]
+        else:
+            session.conn.reply_error(frame, ErrorCode.INVALID_REQUEST, f"unknown admin command {cmd!r}")
+            return
+        for i, part in enumerate(parts):
+            session.conn.reply(frame, {"t": FrameType.ADMIN_PART, "i": i, "of": len(parts), "data": part})

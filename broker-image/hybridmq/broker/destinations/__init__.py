@@ -1,0 +1,1 @@
+"""Destinations: names, reserved names, wildcard matching, topic and queue delivery state."""

@@ -1,0 +1,1 @@
+"""Message Manager: stores partitions in logs and delivers them to subscriptions."""

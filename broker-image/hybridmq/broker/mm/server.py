@@ -1,0 +1,280 @@
+"""The Message Manager process: partition logs, produce, delivery to CMs.
+
+CMs connect with ``HELLO role=cm`` (and the cluster token when one is configured). The MM hosts the
+partitions whose primary it is according to its ``AssignmentSource`` and follows changes (new
+partitions are opened, epochs updated). One dispatcher task runs ``pump`` on every hosted partition
+whenever something changed (new data, an ack, a new subscription).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hybridmq.api.frames import LOG_DESTINATION, PROTOCOL_VERSION, ErrorCode, FrameType, error_frame
+from hybridmq.broker.assignment_source import AssignmentSource
+from hybridmq.broker.destinations.delivery import ConsumerLink
+from hybridmq.broker.log.config import LogConfig
+from hybridmq.broker.log_events import LogEventBuffer
+from hybridmq.broker.mm.partition import PartitionHost
+from hybridmq.broker.mm.storage import PartitionStorage
+from hybridmq.broker.protocol import Connection, ProtocolError, read_frame
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class MMConfig:
+    name: str
+    host: str = "127.0.0.1"
+    port: int = 7100
+    data_dir: Path = Path("data")
+    fsync: str = "group"
+    group_commit_ms: float = 2.0
+    segment_bytes: int = 64 * 1024 * 1024
+    max_frame: int = 16 * 1024 * 1024
+    max_backlog: int = 1_000_000
+    max_redeliveries: int = 5
+    cluster_token: str | None = None
+    cache_bytes: int = 16 * 1024 * 1024
+    retention_interval: float = 5.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class MessageManager:
+    def __init__(self, config: MMConfig, source: AssignmentSource) -> None:
+        self.config = config
+        self.source = source
+        self.hosts: dict[str, PartitionHost] = {}
+        self.links: dict[tuple[int, str], ConsumerLink] = {}
+        self.conns: set[Connection] = set()
+        self._wake = asyncio.Event()
+        self._server: asyncio.base_events.Server | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self.ready = False
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    async def start(self) -> None:
+        self.config.data_dir.mkdir(parents=True, exist_ok=True)
+        await self.source.start()
+        self.source.subscribe(self._on_assignments)
+        self._sync_partitions()
+        self._tasks.append(asyncio.create_task(self._dispatcher()))
+        self._log_events = LogEventBuffer(self.config.name, "mm").install()
+        self._tasks.append(asyncio.create_task(self._publish_log_events()))
+        self._server = await asyncio.start_server(
+            self._serve, self.config.host, self.config.port, limit=2 * 1024 * 1024
+        )
+        self.ready = True
+        log.info("mm %s listening on %s:%d", self.config.name, self.config.host, self.config.port)
+
+    async def stop(self) -> None:
+        self.ready = False
+        if self._server:
+            self._server.close()
+        for c in list(self.conns):
+            c.close()
+        for t in self._tasks:
+            t.cancel()
+        for host in self.hosts.values():
+            await host.stop()
+        await self.source.stop()
+        if hasattr(self, "_log_events"):
+            self._log_events.remove()
+
+    async def _publish_log_events(self) -> None:
+        """Append this MM's log events to ``topic:_LOG`` in its first hosted partition."""
+        while True:
+            await asyncio.sleep(0.5)
+            hosts = [h for _, h in sorted(self.hosts.items()) if h.primary]
+            taken = self._log_events.take_blob() if hosts else None
+            if taken is None:
+                continue
+            count, blob = taken
+            try:
+                hosts[0].append_internal(LOG_DESTINATION, count, blob)
+            except Exception:
+                continue
+
+    def _on_assignments(self) -> None:
+        self._sync_partitions()
+
+    def _sync_partitions(self) -> None:
+        for a in self.source.partitions().values():
+            host = self.hosts.get(a.name)
+            if a.primary != self.config.name:
+                if host is not None:
+                    host.primary = False
+                continue
+            if host is None:
+                storage = PartitionStorage.open(
+                    self.config.data_dir / a.name,
+                    LogConfig(
+                        fsync=self.config.fsync,  # type: ignore[arg-type]
+                        group_commit_max_delay_ms=self.config.group_commit_ms,
+                        segment_bytes=self.config.segment_bytes,
+                        max_batch_bytes=self.config.max_frame + 1024,
+                    ),
+                    cache_bytes=self.config.cache_bytes,
+                )
+                host = PartitionHost(
+                    a.name,
+                    storage,
+                    a.epoch,
+                    max_backlog=self.config.max_backlog,
+                    max_redeliveries=self.config.max_redeliveries,
+                    wake=self.wake,
+                )
+                host.retention_interval = self.config.retention_interval
+                host.recover()
+                host.start()
+                self.hosts[a.name] = host
+                for link in self.links.values():
+                    for pattern, mode, durable in getattr(link, "subscriptions", []):
+                        host.attach(link, pattern, mode, durable)
+            host.epoch = a.epoch
+            host.primary = True
+            host.writable = a.accept_writes
+        self.wake()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def _dispatcher(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            for host in list(self.hosts.values()):
+                try:
+                    host.pump()
+                except Exception:
+                    log.exception("delivery failed on %s", host.name)
+            for conn in list(self.conns):
+                try:
+                    await conn.drain()
+                except Exception:
+                    pass
+
+    # -- connections -----------------------------------------------------------------------------
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        conn = Connection(reader, writer, self.config.max_frame, name=f"mm:{self.config.name}")
+        try:
+            hello = await asyncio.wait_for(read_frame(reader, self.config.max_frame), 10)
+        except (ProtocolError, TimeoutError, ConnectionError, asyncio.IncompleteReadError) as exc:
+            code = exc.code if isinstance(exc, ProtocolError) else ErrorCode.PROTOCOL_ERROR
+            log.warning("protocol error from %s during the handshake: %s", conn.peer, exc)
+            try:
+                conn.send_nowait(error_frame(code, f"handshake failed: {exc}", fatal=True))
+            except Exception:
+                pass
+            conn.close()
+            return
+        err = self._check_hello(hello)
+        if err is not None:
+            conn.send_nowait(error_frame(err[0], err[1], fatal=True))
+            await asyncio.sleep(0)
+            conn.close()
+            return
+        conn.send_nowait(
+            {
+                "t": FrameType.HELLO_OK,
+                "v": PROTOCOL_VERSION,
+                "session": "",
+                "node": self.config.name,
+                "max_frame": self.config.max_frame,
+            }
+        )
+        self.conns.add(conn)
+        conn.on_close.append(lambda: self._closed(conn))
+        await conn.run(lambda f: self._handle(conn, f))
+
+    def _check_hello(self, hello: dict[str, Any] | None) -> tuple[ErrorCode, str] | None:
+        if hello is None or hello.get("t") != FrameType.HELLO:
+            return ErrorCode.PROTOCOL_ERROR, "expected HELLO"
+        if hello.get("v") != PROTOCOL_VERSION:
+            return ErrorCode.UNSUPPORTED_VERSION, f"protocol version {hello.get('v')} unsupported"
+        if self.config.cluster_token and hello.get("password") != self.config.cluster_token:
+            return ErrorCode.AUTH_FAILED, "bad cluster token"
+        return None
+
+    def _closed(self, conn: Connection) -> None:
+        self.conns.discard(conn)
+        for k in [k for k in self.links if k[0] == id(conn)]:
+            link = self.links.pop(k)
+            for host in self.hosts.values():
+                host.detach(link)
+        self.wake()
+
+    def _handle(self, conn: Connection, frame: dict[str, Any]) -> None:
+        t = frame["t"]
+        try:
+            if t == FrameType.PRODUCE:
+                host = self.hosts.get(frame.get("p", ""))
+                if host is None:
+                    conn.reply_error(
+                        frame, ErrorCode.NOT_PRIMARY, f"{self.config.name} hosts no {frame.get('p')}"
+                    )
+                    return
+                host.enqueue_produce(conn, frame)
+            elif t in (FrameType.ACK, FrameType.NACK):
+                link = self.links.get((id(conn), frame["s"]))
+                host = self.hosts.get(frame.get("p", ""))
+                # an ack routed under an older epoch is stale: the cursor moved on without it
+                if link is not None and host is not None and int(frame.get("e", host.epoch)) >= host.epoch:
+                    host.ack(link, int(frame["o"]), nack=t == FrameType.NACK)
+                    self.wake()
+            elif t == FrameType.SUBSCRIBE:
+                self._subscribe(conn, frame)
+            elif t == FrameType.UNSUBSCRIBE:
+                link = self.links.pop((id(conn), frame["s"]), None)
+                if link is not None:
+                    for host in self.hosts.values():
+                        host.detach(link)
+                conn.reply(frame, {"t": FrameType.OK})
+                self.wake()
+            elif t == FrameType.PING:
+                conn.reply(frame, {"t": FrameType.PONG})
+            elif t == FrameType.ADMIN:
+                conn.reply(frame, {"t": FrameType.ADMIN_PART, "i": 0, "of": 1, "data": self.stats()})
+            else:
+                conn.reply_error(frame, ErrorCode.INVALID_REQUEST, f"unexpected frame type {t}")
+        except (KeyError, ValueError, TypeError) as exc:
+            conn.reply_error(frame, ErrorCode.INVALID_REQUEST, f"bad frame: {exc}")
+
+    def _subscribe(self, conn: Connection, frame: dict[str, Any]) -> None:
+        key = str(frame["s"])
+        pattern = str(frame["d"])
+        mode = str(frame.get("m", "exact"))
+        durable = frame.get("dn")
+        link = ConsumerLink(conn, key, int(frame.get("w", 10000)), int(frame.get("wb", 8 << 20)))
+        link.subscriptions = [(pattern, mode, durable)]  # type: ignore[attr-defined]
+        old = self.links.pop((id(conn), key), None)
+        for host in self.hosts.values():
+            if old is not None:
+                host.detach(old)
+            host.attach(link, pattern, mode, durable)
+        self.links[(id(conn), key)] = link
+        conn.reply(frame, {"t": FrameType.OK})
+        self.wake()
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "node": self.config.name,
+            "role": "mm",
+            "partitions": {
+                name: {
+                    "epoch": h.epoch,
+                    "end_offset": h.storage.end_offset,
+                    "backlog": h.backlog(),
+                    "blocked": h.blocked,
+                    "states": {
+                        k: {"lw": s.lw(), "links": len(s.links), "pending": len(s.pending)}
+                        for k, s in h.states.items()
+                    },
+                }
+                for name, h in self.hosts.items()
+            },
+        }

@@ -1,0 +1,163 @@
+"""The MM's view of a partition log: append stored batches, read them back parsed, group commit.
+
+A thin adapter over ``hybridmq.broker.log.PartitionLog`` (owned by the log package): it turns raw
+batches into ``StoredBatch`` tuples and keeps a byte-bounded cache of the most recent batches so
+that live consumers are fed from memory, not from disk.
+"""
+
+from __future__ import annotations
+
+import bisect
+import time
+from pathlib import Path
+from typing import Any
+
+from hybridmq.broker.destinations.batch_payload import StoredBatch, pack_payload, unpack_payload
+from hybridmq.broker.log.batch import iter_batches
+from hybridmq.broker.log.config import LogConfig
+from hybridmq.broker.log.control import ControlRecord, encode_control
+from hybridmq.broker.log.partition_log import PartitionLog
+
+READ_BYTES = 1024 * 1024
+
+
+class PartitionStorage:
+    def __init__(self, log: PartitionLog, cache_bytes: int) -> None:
+        self.log = log
+        self.cache_bytes = cache_bytes
+        self._bases: list[int] = []
+        self._cache: list[StoredBatch] = []
+        self._cached_bytes = 0
+        self._readahead: list[StoredBatch] = []
+        # End of what consumers may see: flushed (and, with replication, committed) records only.
+        self.visible_end = 0
+
+    @classmethod
+    def open(cls, path: Path, config: LogConfig, cache_bytes: int = 16 * 1024 * 1024) -> PartitionStorage:
+        return cls(PartitionLog.open(path, config), cache_bytes)
+
+    @property
+    def end_offset(self) -> int:
+        return self.log.log_end_offset
+
+    @property
+    def start_offset(self) -> int:
+        return self.log.log_start_offset
+
+    def append(
+        self,
+        dest: str,
+        count: int,
+        blob: bytes,
+        epoch: int,
+        flags: int = 0,
+        expiry: int = 0,
+        extra: dict[str, Any] | None = None,
+        producer_id: int = -1,
+        base_sequence: int = -1,
+        producer_epoch: int = 0,
+    ) -> tuple[int, int, bool]:
+        """Append one batch; ``(base, last, duplicate)`` (duplicate: an idempotent resend)."""
+        now = int(time.time() * 1000)
+        res = self.log.append(
+            pack_payload(dest, flags, expiry, extra, blob),
+            count,
+            epoch,
+            timestamp=now,
+            producer_id=producer_id,
+            base_sequence=base_sequence,
+            producer_epoch=producer_epoch,
+        )
+        if not res.duplicate:
+            self._remember(StoredBatch(res.base_offset, count, dest, flags, expiry, extra, blob, False, now))
+        return res.base_offset, res.last_offset, res.duplicate
+
+    def append_control(self, records: list[ControlRecord], epoch: int) -> None:
+        payload, count = encode_control(records)
+        self.log.append(payload, count, epoch, control=True, timestamp=int(time.time() * 1000))
+
+    async def flush(self, offset: int | None = None) -> None:
+        await self.log.flush_until(self.end_offset if offset is None else offset)
+
+    def _remember(self, batch: StoredBatch) -> None:
+        self._bases.append(batch.base)
+        self._cache.append(batch)
+        self._cached_bytes += batch.size
+        while self._cached_bytes > self.cache_bytes and len(self._cache) > 1:
+            old = self._cache.pop(0)
+            self._bases.pop(0)
+            self._cached_bytes -= old.size
+
+    def batch_at(self, offset: int) -> StoredBatch | None:
+        """The first visible batch whose records reach past ``offset`` (None at the visible end)."""
+        if offset >= self.visible_end:
+            return None
+        bases = self._bases
+        if bases and offset >= bases[0]:
+            i = bisect.bisect_right(bases, offset) - 1
+            if i >= 0:
+                b = self._cache[i]
+                if b.next_offset > offset:
+                    return b
+                if i + 1 < len(bases):
+                    return self._cache[i + 1]
+        ra = self._readahead
+        if ra and ra[0].base <= offset < ra[-1].next_offset:
+            for batch in ra:
+                if batch.next_offset > offset:
+                    return batch
+        self._readahead = self.read(offset, READ_BYTES)
+        for batch in self._readahead:
+            if batch.next_offset > offset:
+                return batch
+        return None
+
+    def read(self, offset: int, max_bytes: int) -> list[StoredBatch]:
+        raw = self.log.read(max(offset, self.start_offset), max_bytes)
+        return list(parse_batches(raw))
+
+    def scan(self, from_offset: int = 0) -> Any:
+        """Iterate every batch from ``from_offset`` to the end (recovery)."""
+        offset = max(from_offset, self.start_offset)
+        end = self.end_offset
+        while offset < end:
+            batches = self.read(offset, 4 * READ_BYTES)
+            if not batches:
+                break
+            yield from batches
+            offset = batches[-1].next_offset
+
+    def close(self) -> None:
+        self.log.close()
+
+    async def aclose(self) -> None:
+        await self.log.aclose()
+
+
+def parse_batches(raw: bytes | memoryview) -> Any:
+    for header, payload in iter_batches(raw):
+        if header.is_control:
+            yield StoredBatch(
+                header.base_offset,
+                header.record_count,
+                "",
+                0,
+                0,
+                None,
+                bytes(payload),
+                True,
+                header.max_timestamp,
+            )
+        else:
+            dest, flags, expiry, extra, blob = unpack_payload(payload)
+            yield StoredBatch(
+                header.base_offset,
+                header.record_count,
+                dest,
+                flags,
+                expiry,
+                extra,
+                blob,
+                False,
+                header.max_timestamp,
+            )

@@ -1,0 +1,192 @@
+"""One framed, pipelined connection: send frames, issue requests with correlation ids, dispatch.
+
+``Connection.run(handler)`` reads frames until the peer goes away. Frames carrying ``r`` resolve the
+matching pending request (an ERROR with ``r`` fails it with ``RemoteError``; ADMIN_PART frames are
+collected until ``of`` parts arrived). Every other frame goes to ``handler``. A protocol error sends
+a fatal ERROR to the peer and closes this connection only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import msgpack
+
+from hybridmq.api.frames import DEFAULT_MAX_FRAME, ErrorCode, FrameType, error_frame
+from hybridmq.broker.protocol.codec import Frame, ProtocolError, read_frame
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[Frame], Awaitable[None] | None]
+HIGH_WATER = 4 * 1024 * 1024
+
+
+class RemoteError(Exception):
+    """The peer answered a request (or the handshake) with an ERROR frame."""
+
+    def __init__(self, code: int, msg: str) -> None:
+        super().__init__(f"{ErrorCode(code).name if code in ErrorCode._value2member_map_ else code}: {msg}")
+        self.code = code
+        self.msg = msg
+
+
+class ConnectionClosed(Exception):
+    pass
+
+
+class Connection:
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        max_frame: int = DEFAULT_MAX_FRAME,
+        name: str = "",
+    ) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.max_frame = max_frame
+        self.name = name
+        self._corr = itertools.count(1)
+        self._pending: dict[int, asyncio.Future[Any]] = {}
+        self._parts: dict[int, list[Any]] = {}
+        self.closed = False
+        self._packer = msgpack.Packer(use_bin_type=True)
+        self.on_close: list[Callable[[], None]] = []
+        self.peer = writer.get_extra_info("peername")
+        self.handler: Handler = lambda frame: None
+
+    # -- sending -------------------------------------------------------------------------------
+    def send_nowait(self, frame: Frame) -> None:
+        if self.closed:
+            raise ConnectionClosed(self.name)
+        body = self._packer.pack(frame)
+        self.writer.write(len(body).to_bytes(4, "big") + body)
+
+    async def send(self, frame: Frame) -> None:
+        self.send_nowait(frame)
+        await self.drain()
+
+    async def drain(self) -> None:
+        transport = self.writer.transport
+        if transport.get_write_buffer_size() > HIGH_WATER:
+            try:
+                await self.writer.drain()
+            except (ConnectionError, RuntimeError) as exc:
+                raise ConnectionClosed(str(exc)) from None
+
+    @property
+    def write_buffer_size(self) -> int:
+        return int(self.writer.transport.get_write_buffer_size())
+
+    def request_nowait(self, frame: Frame) -> asyncio.Future[Any]:
+        corr = next(self._corr)
+        frame["c"] = corr
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._pending[corr] = fut
+        try:
+            self.send_nowait(frame)
+        except Exception:
+            self._pending.pop(corr, None)
+            raise
+        return fut
+
+    async def request(self, frame: Frame, timeout: float | None = 30.0) -> Any:  # noqa: ASYNC109
+        fut = self.request_nowait(frame)
+        await self.drain()
+        return await asyncio.wait_for(fut, timeout)
+
+    def reply(self, request: Frame, frame: Frame) -> None:
+        frame["r"] = request.get("c")
+        if not self.closed:
+            self.send_nowait(frame)
+
+    def reply_error(self, request: Frame, code: ErrorCode, msg: str) -> None:
+        if not self.closed:
+            self.send_nowait(error_frame(code, msg, reply_to=request.get("c")))
+
+    # -- receiving ------------------------------------------------------------------------------
+    async def recv(self) -> Frame | None:
+        return await read_frame(self.reader, self.max_frame)
+
+    def _resolve(self, frame: Frame) -> None:
+        corr = frame["r"]
+        if frame["t"] == FrameType.ADMIN_PART:
+            parts = self._parts.setdefault(corr, [])
+            parts.append(frame.get("data"))
+            if len(parts) < int(frame.get("of", 1)):
+                return
+            frame = {"t": FrameType.OK, "parts": self._parts.pop(corr)}
+        fut = self._pending.pop(corr, None)
+        if fut is None or fut.done():
+            return
+        if frame["t"] == FrameType.ERROR:
+            fut.set_exception(RemoteError(int(frame.get("code", 0)), str(frame.get("msg", ""))))
+        else:
+            fut.set_result(frame)
+
+    async def run(self, handler: Handler | None = None) -> None:
+        """Dispatch frames until EOF or a protocol error; then close."""
+        if handler is not None:
+            self.handler = handler
+        try:
+            while True:
+                frame = await read_frame(self.reader, self.max_frame)
+                if frame is None:
+                    break
+                if "r" in frame:
+                    self._resolve(frame)
+                    continue
+                result = self.handler(frame)
+                if result is not None:
+                    await result
+        except ProtocolError as exc:
+            log.warning("%s: protocol error from %s: %s", self.name, self.peer, exc)
+            try:
+                self.send_nowait(error_frame(exc.code, str(exc), fatal=True))
+                await asyncio.wait_for(self.writer.drain(), 1.0)
+            except Exception:
+                pass
+        except (ConnectionError, asyncio.IncompleteReadError, ConnectionClosed):
+            pass
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        err = ConnectionClosed(self.name)
+        for fut in self._pending.values():
+            if not fut.done():
+                fut.set_exception(err)
+        self._pending.clear()
+        try:
+            self.writer.close()
+        except Exception:
+            pass
+        for cb in self.on_close:
+            try:
+                cb()
+            except Exception:
+                log.exception("on_close callback failed")
+
+
+async def open_connection(
+    host: str, port: int, hello: Frame, max_frame: int = DEFAULT_MAX_FRAME, name: str = ""
+) -> tuple[Connection, Frame]:
+    """Connect and handshake; returns the connection and the HELLO_OK frame (raises RemoteError)."""
+    reader, writer = await asyncio.open_connection(host, port, limit=2 * 1024 * 1024)
+    conn = Connection(reader, writer, max_frame=max_frame, name=name)
+    conn.send_nowait(hello)
+    reply = await read_frame(reader, max_frame)
+    if reply is None:
+        conn.close()
+        raise ConnectionClosed("server closed during handshake")
+    if reply["t"] == FrameType.ERROR:
+        conn.close()
+        raise RemoteError(int(reply.get("code", 0)), str(reply.get("msg", "")))
+    return conn, reply

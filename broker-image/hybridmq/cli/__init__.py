@@ -1,0 +1,1 @@
+"""The ``hybridmq`` command line."""

@@ -1,0 +1,287 @@
+"""``hybridmq``: run a CM or an MM, produce and consume from the shell, or a local cluster.
+
+Every flag has an environment variable (pods configure through env): ``HYBRIDMQ_NAME``,
+``HYBRIDMQ_BIND`` (host:port of the binary protocol), ``HYBRIDMQ_HTTP_BIND``,
+``HYBRIDMQ_ASSIGNMENTS`` (JSON file, see ``StaticAssignmentSource``), ``HYBRIDMQ_DATA_DIR``,
+``HYBRIDMQ_FSYNC``, ``HYBRIDMQ_CREDENTIALS`` (file or Secret dir), ``HYBRIDMQ_ACL``,
+``HYBRIDMQ_CLUSTER_TOKEN``, ``HYBRIDMQ_BOOTSTRAP``, ``HYBRIDMQ_USER``, ``HYBRIDMQ_PASSWORD``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def _env(name: str, default: str | None = None) -> str | None:
+    return os.environ.get(f"HYBRIDMQ_{name}", default)
+
+
+def _split(addr: str) -> tuple[str, int]:
+    host, _, port = addr.rpartition(":")
+    return host or "127.0.0.1", int(port)
+
+
+def _common_server(p: argparse.ArgumentParser, default_port: int) -> None:
+    p.add_argument("--name", default=_env("NAME", os.environ.get("HOSTNAME", "node")))
+    p.add_argument("--bind", default=_env("BIND", f"127.0.0.1:{default_port}"))
+    p.add_argument("--http-bind", default=_env("HTTP_BIND"))
+    p.add_argument("--assignments", default=_env("ASSIGNMENTS"), help="JSON assignment file")
+    p.add_argument("--cluster-token", default=_env("CLUSTER_TOKEN"))
+    p.add_argument("--max-frame", type=int, default=int(_env("MAX_FRAME", str(16 << 20)) or 0))
+    p.add_argument("--log-level", default=_env("LOG_LEVEL", "INFO"))
+
+
+def _source(path: str | None) -> Any:
+    """A JSON file when given; the Kubernetes source when the pod's env asks for it
+    (``HYBRIDMQ_ASSIGNMENT_SOURCE=kubernetes``); else an empty static source."""
+    from hybridmq.broker.assignment_source import FileAssignmentSource, StaticAssignmentSource
+
+    if path:
+        return FileAssignmentSource(path)
+    if os.environ.get("HYBRIDMQ_ASSIGNMENT_SOURCE") == "kubernetes":
+        from hybridmq.broker.kube_source import source_from_env
+
+        kube = source_from_env()
+        if kube is not None:
+            return kube
+    return StaticAssignmentSource()
+
+
+async def _run_server(server: Any, http_bind: str | None) -> None:
+    from hybridmq.broker.http import start_http
+    from hybridmq.broker.runtime import serve_until_signal
+
+    runner: Any = None
+
+    async def start() -> None:
+        nonlocal runner
+        await server.start()
+        if http_bind:
+            host, port = _split(http_bind)
+            runner = await start_http(host, port, server.stats, lambda: server.ready)
+
+    async def stop() -> None:
+        if runner is not None:
+            await runner.cleanup()
+        await server.stop()
+
+    await serve_until_signal(start, stop)
+
+
+def cmd_mm(args: argparse.Namespace) -> None:
+    from hybridmq.broker.mm.server import MessageManager, MMConfig
+    from hybridmq.broker.runtime import run, setup_logging
+
+    setup_logging(args.log_level)
+    host, port = _split(args.bind)
+    config = MMConfig(
+        name=args.name,
+        host=host,
+        port=port,
+        data_dir=Path(args.data_dir),
+        fsync=args.fsync,
+        group_commit_ms=args.group_commit_ms,
+        max_frame=args.max_frame,
+        max_backlog=args.max_backlog,
+        max_redeliveries=args.max_redeliveries,
+        cluster_token=args.cluster_token,
+        segment_bytes=args.segment_bytes,
+        retention_interval=args.retention_interval,
+    )
+    run(_run_server(MessageManager(config, _source(args.assignments)), args.http_bind), args.name)
+
+
+def cmd_cm(args: argparse.Namespace) -> None:
+    from hybridmq.broker.auth import AclTable, CredentialStore
+    from hybridmq.broker.cm.server import CMConfig, ConnectionManager
+    from hybridmq.broker.runtime import run, setup_logging
+
+    setup_logging(args.log_level)
+    host, port = _split(args.bind)
+    config = CMConfig(
+        name=args.name, host=host, port=port, max_frame=args.max_frame, cluster_token=args.cluster_token
+    )
+    cm = ConnectionManager(
+        config, _source(args.assignments), CredentialStore.load(args.credentials), AclTable.load(args.acl)
+    )
+    run(_run_server(cm, args.http_bind), args.name)
+
+
+async def _produce(args: argparse.Namespace) -> None:
+    from hybridmq.client import Producer
+
+    async with await Producer.connect(
+        args.bootstrap,
+        partition_type=args.partition_type,
+        key=args.key,
+        user=args.user,
+        password=args.password,
+    ) as producer:
+        if args.message is not None:
+            values = [args.message.encode()] * args.count
+            for v in values:
+                ack = await producer.send(args.destination, v, key=args.key)
+            print(f"sent {len(values)} to {ack.partition} (last offset {ack.offset})")
+            return
+        n = 0
+        for line in sys.stdin:
+            await producer.send(args.destination, line.rstrip("\n").encode(), key=args.key)
+            n += 1
+        print(f"sent {n}", file=sys.stderr)
+
+
+async def _consume(args: argparse.Namespace) -> None:
+    from hybridmq.client import Consumer
+    from hybridmq.client.consumer import StreamMessage
+
+    async with await Consumer.connect(
+        args.bootstrap,
+        args.destination,
+        match=args.match,
+        durable=args.durable,
+        user=args.user,
+        password=args.password,
+    ) as consumer:
+        n = 0
+        while args.count <= 0 or n < args.count:
+            try:
+                msg = await consumer.receive(timeout=args.timeout)
+            except TimeoutError:
+                break
+            if isinstance(msg, StreamMessage):
+                size = 0
+                async for chunk in msg.chunks():
+                    size += len(chunk)
+                print(json.dumps({"id": msg.id, "destination": msg.destination, "stream_bytes": size}))
+            else:
+                print(
+                    json.dumps(
+                        {
+                            "id": msg.id,
+                            "destination": msg.destination,
+                            "value": msg.value.decode(errors="replace"),
+                            **msg.attributes,
+                        }
+                    )
+                )
+            n += 1
+
+
+def _client_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("destination")
+    p.add_argument("--bootstrap", default=_env("BOOTSTRAP", "127.0.0.1:7000"))
+    p.add_argument("--user", default=_env("USER"))
+    p.add_argument("--password", default=_env("PASSWORD"))
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="hybridmq")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+
+    mm = sub.add_parser("mm", help="run a Message Manager")
+    _common_server(mm, 7100)
+    mm.add_argument("--data-dir", default=_env("DATA_DIR", "data"))
+    mm.add_argument("--fsync", choices=["group", "always", "never"], default=_env("FSYNC", "group"))
+    mm.add_argument("--group-commit-ms", type=float, default=float(_env("GROUP_COMMIT_MS", "2") or 2))
+    mm.add_argument("--max-backlog", type=int, default=int(_env("MAX_BACKLOG", "1000000") or 0))
+    mm.add_argument("--segment-bytes", type=int, default=int(_env("SEGMENT_BYTES", str(64 << 20)) or 0))
+    mm.add_argument("--retention-interval", type=float, default=float(_env("RETENTION_INTERVAL", "5") or 5))
+    mm.add_argument("--max-redeliveries", type=int, default=int(_env("MAX_REDELIVERIES", "5") or 5))
+    mm.set_defaults(func=cmd_mm)
+
+    cm = sub.add_parser("cm", help="run a Connection Manager")
+    _common_server(cm, 7000)
+    cm.add_argument("--credentials", default=_env("CREDENTIALS"), help="user:password file or Secret dir")
+    cm.add_argument("--acl", default=_env("ACL"), help="ACL JSON file")
+    cm.set_defaults(func=cmd_cm)
+
+    pr = sub.add_parser("produce", help="send messages (argument or stdin lines)")
+    _client_args(pr)
+    pr.add_argument("-m", "--message")
+    pr.add_argument("-n", "--count", type=int, default=1)
+    pr.add_argument("--key")
+    pr.add_argument("--partition-type", choices=["fixed", "on-demand"], default="on-demand")
+    pr.set_defaults(func=lambda a: asyncio.run(_produce(a)))
+
+    co = sub.add_parser("consume", help="print messages as JSON lines")
+    _client_args(co)
+    co.add_argument("--match", choices=["exact", "glob", "regex"], default="exact")
+    co.add_argument("--durable")
+    co.add_argument("-n", "--count", type=int, default=0)
+    co.add_argument("--timeout", type=float, default=None)
+    co.set_defaults(func=lambda a: asyncio.run(_consume(a)))
+
+    lo = sub.add_parser("local", help="1 CM + N MMs on loopback with a static assignment")
+    lo.add_argument("--mms", type=int, default=1)
+    lo.add_argument("--fixed-per-mm", type=int, default=2)
+    lo.add_argument("--on-demand-per-mm", type=int, default=2)
+    lo.add_argument("--dir", default=".hybridmq-local")
+    lo.add_argument("--port", type=int, default=7000)
+    lo.add_argument("--fsync", choices=["group", "always", "never"], default="group")
+    lo.set_defaults(func=_cmd_local)
+
+    hp = sub.add_parser("hash-password", help="print a user:pbkdf2$... line for a credentials file")
+    hp.add_argument("user")
+    hp.add_argument("password")
+    hp.set_defaults(func=_cmd_hash_password)
+
+    ad = sub.add_parser("admin", help="run an admin command (stats, directory, sessions, mm-stats)")
+    ad.add_argument("command")
+    ad.add_argument("--bootstrap", default=_env("BOOTSTRAP", "127.0.0.1:7000"))
+    ad.add_argument("--user", default=_env("USER"))
+    ad.add_argument("--password", default=_env("PASSWORD"))
+    ad.set_defaults(func=lambda a: asyncio.run(_admin(a)))
+
+    args = parser.parse_args(argv)
+    args.func(args)
+
+
+def _cmd_hash_password(args: argparse.Namespace) -> None:
+    from hybridmq.broker.auth.credentials import hash_password
+
+    print(f"{args.user}:{hash_password(args.password)}")
+
+
+async def _admin(args: argparse.Namespace) -> None:
+    from hybridmq.client import admin
+
+    parts = await admin(args.bootstrap, args.command, user=args.user, password=args.password)
+    for i, part in enumerate(parts):
+        print(json.dumps({"part": i + 1, "of": len(parts), "data": part}))
+
+
+def _cmd_local(args: argparse.Namespace) -> None:
+    from hybridmq.local.runner import LocalCluster
+
+    cluster = LocalCluster(
+        Path(args.dir),
+        mms=args.mms,
+        fixed_per_mm=args.fixed_per_mm,
+        on_demand_per_mm=args.on_demand_per_mm,
+        cm_port=args.port,
+        fsync=args.fsync,
+    )
+
+    def interrupt(*_: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
+    cluster.start()
+    print(f"hybridmq local: CM at {cluster.bootstrap}; Ctrl-C to stop", flush=True)
+    try:
+        cluster.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        cluster.stop()
+
+
+if __name__ == "__main__":
+    main()

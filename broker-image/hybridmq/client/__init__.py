@@ -1,0 +1,29 @@
+"""HybridMQ client: asyncio ``Producer`` / ``Consumer`` and blocking wrappers.
+
+    async with await Producer.connect("127.0.0.1:7000", partition_type="fixed", key="k") as p:
+        ack = await p.send("queue:orders", b"hello")        # Ack(partition, offset)
+    async with await Consumer.connect("127.0.0.1:7000", "queue:orders") as c:
+        async for msg in c:
+            print(msg.value)
+
+Destinations are ``topic:<name>`` (the default for a bare name) or ``queue:<name>``.
+"""
+
+from hybridmq.client.admin import admin
+from hybridmq.client.blocking import BlockingConsumer, BlockingProducer
+from hybridmq.client.connection import ClientError, connect
+from hybridmq.client.consumer import Consumer
+from hybridmq.client.message import Ack, Message
+from hybridmq.client.producer import Producer
+
+__all__ = [
+    "Ack",
+    "BlockingConsumer",
+    "BlockingProducer",
+    "ClientError",
+    "Consumer",
+    "Message",
+    "Producer",
+    "admin",
+    "connect",
+]

@@ -1,0 +1,90 @@
+"""Blocking wrappers: the asyncio client on a private event loop in a daemon thread."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+from hybridmq.client.consumer import Consumer, StreamMessage
+from hybridmq.client.message import Ack, Message
+from hybridmq.client.producer import Producer
+
+T = TypeVar("T")
+
+
+class _LoopThread:
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True, name="hybridmq-client")
+        self.thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+
+
+class BlockingProducer:
+    def __init__(self, bootstrap: str | list[str] | None = None, **kwargs: Any) -> None:
+        self._lt = _LoopThread()
+        self._p: Producer = self._lt.run(Producer.connect(bootstrap, **kwargs))
+
+    @property
+    def partition(self) -> str:
+        return self._p.partition
+
+    @property
+    def is_blocked(self) -> bool:
+        return self._p.is_blocked
+
+    def send(self, dest: str, value: bytes, **kwargs: Any) -> Ack:
+        return self._lt.run(self._p.send(dest, value, **kwargs))
+
+    def try_send(self, dest: str, value: bytes, **kwargs: Any) -> bool:
+        async def attempt() -> bool:
+            return self._p.try_send(dest, value, **kwargs)
+
+        return self._lt.run(attempt())
+
+    def flush(self) -> None:
+        self._lt.run(self._p.flush())
+
+    def close(self) -> None:
+        try:
+            self._lt.run(self._p.close(), 30)
+        finally:
+            self._lt.stop()
+
+    def __enter__(self) -> BlockingProducer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class BlockingConsumer:
+    def __init__(self, bootstrap: str | list[str] | None, destination: str, **kwargs: Any) -> None:
+        self._lt = _LoopThread()
+        self._c: Consumer = self._lt.run(Consumer.connect(bootstrap, destination, **kwargs))
+
+    def receive(self, timeout: float | None = None) -> Message | StreamMessage:
+        return self._lt.run(self._c.receive(timeout))
+
+    def ack(self, message: Message) -> None:
+        self._lt.loop.call_soon_threadsafe(self._c.ack, message)
+
+    def close(self) -> None:
+        try:
+            self._lt.run(self._c.close(), 30)
+        finally:
+            self._lt.stop()
+
+    def __enter__(self) -> BlockingConsumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,111 @@
+"""Connecting a client to a CM: bootstrap list, failover to the next CM, handshake errors.
+
+Without a ``strategy`` the bootstrap addresses are tried in order. With one (``distribution.
+RoundRobin(directory_fetcher(bootstrap))`` or ``Centralized``, seed 002) the CM is chosen by it and
+``connect_with_failover`` moves on to the next CM until one accepts. Authentication errors are not
+connection failures: they are raised at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from hybridmq.api.assignment import BrokerEntry
+from hybridmq.api.frames import PROTOCOL_VERSION, ErrorCode, FrameType
+from hybridmq.broker.protocol import Connection, RemoteError, open_connection
+from hybridmq.client.distribution import Strategy, connect_with_failover
+
+
+class ClientError(Exception):
+    """A request was refused; ``code`` is an ``ErrorCode``."""
+
+    def __init__(self, code: int, msg: str) -> None:
+        name = ErrorCode(code).name if code in ErrorCode._value2member_map_ else str(code)
+        super().__init__(f"{name}: {msg}")
+        self.code = code
+        self.msg = msg
+
+
+def parse_bootstrap(bootstrap: str | list[str]) -> list[tuple[str, int]]:
+    items = bootstrap.split(",") if isinstance(bootstrap, str) else bootstrap
+    out = []
+    for item in items:
+        host, _, port = item.strip().rpartition(":")
+        out.append((host or "127.0.0.1", int(port)))
+    return out
+
+
+async def connect(
+    bootstrap: str | list[str] | None = None,
+    *,
+    user: str | None = None,
+    password: str | None = None,
+    client_id: str | None = None,
+    app: str | None = None,
+    timeout: float = 10.0,  # noqa: ASYNC109
+    strategy: Strategy | None = None,
+) -> tuple[Connection, dict[str, Any]]:
+    """Connect to the first CM that answers (env ``HYBRIDMQ_BOOTSTRAP``, ``HYBRIDMQ_USER``,
+    ``HYBRIDMQ_PASSWORD`` fill in what is not given). Authentication errors are raised at once."""
+    bootstrap = bootstrap or os.environ.get("HYBRIDMQ_BOOTSTRAP", "127.0.0.1:7000")
+    user = user if user is not None else os.environ.get("HYBRIDMQ_USER")
+    password = password if password is not None else os.environ.get("HYBRIDMQ_PASSWORD")
+    hello = {
+        "t": FrameType.HELLO,
+        "v": PROTOCOL_VERSION,
+        "id": client_id or f"client-{uuid.uuid4().hex[:8]}",
+        "user": user,
+        "password": password,
+        "role": "client",
+        "app": app or os.environ.get("HYBRIDMQ_APP"),
+    }
+    if strategy is not None:
+
+        async def attempt(address: str) -> tuple[Connection, dict[str, Any]]:
+            host, port = parse_bootstrap(address)[0]
+            try:
+                return await asyncio.wait_for(
+                    open_connection(host, port, dict(hello), name="client"), timeout
+                )
+            except RemoteError as exc:
+                raise ClientError(exc.code, exc.msg) from None
+
+        _, result = await connect_with_failover(strategy, attempt)
+        return result
+    last: Exception | None = None
+    for host, port in parse_bootstrap(bootstrap):
+        try:
+            return await asyncio.wait_for(open_connection(host, port, dict(hello), name="client"), timeout)
+        except RemoteError as exc:
+            raise ClientError(exc.code, exc.msg) from None
+        except (OSError, TimeoutError, asyncio.IncompleteReadError, ConnectionError) as exc:
+            last = exc
+    raise ConnectionError(f"no CM reachable in {bootstrap}: {last}")
+
+
+def directory_fetcher(
+    bootstrap: str | list[str], *, user: str | None = None, password: str | None = None
+) -> Callable[[], Awaitable[list[BrokerEntry]]]:
+    """A broker-table fetcher (DIRECTORY frame) for ``distribution.RoundRobin``."""
+
+    async def fetch() -> list[BrokerEntry]:
+        conn, _ = await connect(bootstrap, user=user, password=password)
+        runner = asyncio.create_task(conn.run())
+        try:
+            reply = await conn.request({"t": FrameType.DIRECTORY}, timeout=5)
+            return [BrokerEntry.model_validate(b) for b in reply["brokers"]]
+        finally:
+            conn.close()
+            runner.cancel()
+
+    return fetch
+
+
+def raise_remote(exc: BaseException) -> BaseException:
+    if isinstance(exc, RemoteError):
+        return ClientError(exc.code, exc.msg)
+    return exc

@@ -1,0 +1,238 @@
+"""Asyncio consumer: one subscription per consumer, batches in, messages out.
+
+The CM relays DELIVER frames (whole stored batches) from every MM; the consumer unpacks them and
+yields ``Message``s. Acknowledgement is per delivered batch: with ``auto_ack`` (default) a batch is
+acknowledged when the application asks for the message after its last one (i.e. it processed the
+batch); with ``auto_ack=False`` call ``ack(msg)`` for each message and the batch is acknowledged
+when all its messages are. Un-acknowledged queue batches are redelivered to another consumer when
+this one goes away. ``window``/``window_bytes`` are the credit (unacknowledged records/bytes) the
+MMs may push before they wait for acks - the end-to-end flow control.
+
+A very large message arrives as a ``StreamMessage``: iterate ``chunks()`` before asking for the
+next message; each chunk is acknowledged as it is consumed, so it never sits whole in memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections import deque
+from collections.abc import AsyncIterator
+from typing import Any
+
+from hybridmq.api.frames import BatchFlag, FrameType
+from hybridmq.broker.protocol import Connection, RemoteError
+from hybridmq.client.connection import ClientError, connect
+from hybridmq.client.distribution import Strategy
+from hybridmq.client.message import Message, unpack_records
+
+_sub_ids = itertools.count(1)
+
+
+class StreamMessage:
+    """A very large message: metadata now, the bytes through ``chunks()``."""
+
+    def __init__(self, consumer: Consumer, first: dict[str, Any]) -> None:
+        xa = first.get("xa") or {}
+        self.destination: str = first["d"]
+        self.partition: str = first["p"]
+        self.offset: int = first["o"]
+        self.key = xa.get("key")
+        self.headers = xa.get("h")
+        self.stream_id: str = xa.get("sid", "")
+        self.attributes = xa
+        self._consumer = consumer
+        self._first: dict[str, Any] | None = first
+        self.done = bool(xa.get("fin"))
+
+    @property
+    def id(self) -> str:
+        return f"{self.partition}:{self.offset}"
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        frame = self._first
+        self._first = None
+        while frame is not None:
+            yield frame["b"]
+            self._consumer._send_ack(frame)
+            if (frame.get("xa") or {}).get("fin"):
+                self.done = True
+                return
+            frame = await self._consumer._next_chunk(self.stream_id)
+
+
+class Consumer:
+    def __init__(self, conn: Connection, runner: asyncio.Task[None], sub: int, auto_ack: bool) -> None:
+        self.conn = conn
+        self.sub = sub
+        self.auto_ack = auto_ack
+        self._runner = runner
+        self._frames: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
+        self._stash: deque[dict[str, Any]] = deque()
+        self._current: deque[Message] = deque()
+        self._current_frame: dict[str, Any] | None = None
+        self._unacked: dict[tuple[str, int], int] = {}
+        self.error: BaseException | None = None
+        conn.handler = self._on_frame
+        conn.on_close.append(lambda: self._frames.put_nowait(None))
+
+    @classmethod
+    async def connect(
+        cls,
+        bootstrap: str | list[str] | None,
+        destination: str,
+        *,
+        match: str = "exact",
+        durable: str | None = None,
+        window: int = 20000,
+        window_bytes: int = 8 * 1024 * 1024,
+        auto_ack: bool = True,
+        user: str | None = None,
+        password: str | None = None,
+        client_id: str | None = None,
+        strategy: Strategy | None = None,
+    ) -> Consumer:
+        conn, _ = await connect(
+            bootstrap, user=user, password=password, client_id=client_id, strategy=strategy
+        )
+        runner = asyncio.create_task(conn.run())
+        sub = next(_sub_ids)
+        consumer = cls(conn, runner, sub, auto_ack)
+        try:
+            await conn.request(
+                {
+                    "t": FrameType.SUBSCRIBE,
+                    "s": sub,
+                    "d": destination,
+                    "m": match,
+                    "dn": durable,
+                    "w": window,
+                    "wb": window_bytes,
+                }
+            )
+        except RemoteError as exc:
+            conn.close()
+            raise ClientError(exc.code, exc.msg) from None
+        return consumer
+
+    async def __aenter__(self) -> Consumer:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def _on_frame(self, frame: dict[str, Any]) -> None:
+        t = frame.get("t")
+        if t == FrameType.DELIVER:
+            self._frames.put_nowait(frame)
+        elif t == FrameType.ERROR:
+            self.error = ClientError(int(frame.get("code", 0)), str(frame.get("msg")))
+
+    # -- acks ------------------------------------------------------------------------------------
+    def _send_ack(self, frame: dict[str, Any], nack: bool = False) -> None:
+        if not self.conn.closed:
+            self.conn.send_nowait(
+                {
+                    "t": FrameType.NACK if nack else FrameType.ACK,
+                    "s": self.sub,
+                    "p": frame["p"],
+                    "o": frame["o"],
+                }
+            )
+
+    def ack(self, message: Message) -> None:
+        """Acknowledge one message (``auto_ack=False``); its batch is acked when all its are."""
+        k = (message.partition, message.batch_base)
+        left = self._unacked.get(k)
+        if left is None:
+            return
+        if left <= 1:
+            del self._unacked[k]
+            self._send_ack({"p": k[0], "o": k[1]})
+        else:
+            self._unacked[k] = left - 1
+
+    def nack(self, message: Message) -> None:
+        """Give the message's whole batch back for redelivery (queues)."""
+        k = (message.partition, message.batch_base)
+        if self._unacked.pop(k, None) is not None:
+            self._send_ack({"p": k[0], "o": k[1]}, nack=True)
+
+    # -- receiving -------------------------------------------------------------------------------
+    async def _next_frame(self, timeout: float | None) -> dict[str, Any] | None:  # noqa: ASYNC109
+        if self._stash:
+            return self._stash.popleft()
+        if self.conn.closed and self._frames.empty():
+            raise self.error or ConnectionError("consumer connection closed")
+        frame = await asyncio.wait_for(self._frames.get(), timeout)
+        if frame is None:
+            raise self.error or ConnectionError("consumer connection closed")
+        return frame
+
+    async def _next_chunk(self, sid: str) -> dict[str, Any]:
+        while True:
+            frame = await asyncio.wait_for(self._frames.get(), 300)
+            if frame is None:
+                raise self.error or ConnectionError("consumer connection closed")
+            if (frame.get("xa") or {}).get("sid") == sid:
+                return frame
+            self._stash.append(frame)
+
+    def _finish_current(self) -> None:
+        frame = self._current_frame
+        if frame is not None and self.auto_ack:
+            self._send_ack(frame)
+        self._current_frame = None
+
+    def _expand(self, frame: dict[str, Any]) -> None:
+        p, base, dest, rd = frame["p"], frame["o"], frame["d"], frame.get("rd", 0) > 0
+        xa = frame.get("xa") or {}
+        records = unpack_records(frame["b"])
+        self._current.extend(
+            Message(dest, r[0], r[1], r[2], r[3], p, base + i, rd, xa, base) for i, r in enumerate(records)
+        )
+        self._current_frame = frame
+        if not self.auto_ack:
+            self._unacked[(p, base)] = len(records)
+
+    async def receive(self, timeout: float | None = None) -> Message | StreamMessage:  # noqa: ASYNC109
+        """The next message (raises TimeoutError after ``timeout`` seconds)."""
+        while not self._current:
+            self._finish_current()
+            frame = await self._next_frame(timeout)
+            assert frame is not None
+            if frame.get("f", 0) & BatchFlag.CHUNK:
+                return StreamMessage(self, frame)
+            self._expand(frame)
+        msg = self._current.popleft()
+        return msg
+
+    async def receive_batch(self, timeout: float | None = None) -> list[Message | StreamMessage]:  # noqa: ASYNC109
+        """All remaining messages of the current (or next) delivered batch."""
+        first = await self.receive(timeout)
+        if isinstance(first, StreamMessage):
+            return [first]
+        out: list[Message | StreamMessage] = [first]
+        out.extend(self._current)
+        self._current.clear()
+        return out
+
+    def __aiter__(self) -> AsyncIterator[Message | StreamMessage]:
+        return self
+
+    async def __anext__(self) -> Message | StreamMessage:
+        try:
+            return await self.receive()
+        except ConnectionError:
+            raise StopAsyncIteration from None
+
+    async def close(self) -> None:
+        if not self.conn.closed:
+            if not self._current:
+                self._finish_current()
+            try:
+                await asyncio.wait_for(self.conn.request({"t": FrameType.UNSUBSCRIBE, "s": self.sub}), 5)
+            except Exception:
+                pass
+        self.conn.close()
+        self._runner.cancel()

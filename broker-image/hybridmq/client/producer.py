@@ -1,0 +1,371 @@
+"""Asyncio producer: batching, pipelining, flow control, very large messages.
+
+Records accumulate per (destination, ttl) until ``batch_bytes`` or ``linger_ms``; a batch becomes
+ONE PRODUCE frame whose records blob the brokers never decode. Many batches are in flight at once
+(correlation ids). ``max_pending_bytes`` bounds buffered + unacknowledged bytes: beyond it
+``is_blocked`` is true, ``try_send`` returns False and ``send`` waits. Because the MM withholds
+acknowledgements while a consumer lags too far behind, a slow consumer throttles its producers.
+
+A batch refused for a transient reason (its MM is down or restarting, the partition moved to a
+new primary, a stale epoch) is resent as it is - same producer id, producer epoch and sequence, so
+the MM stores it once - until ``delivery_timeout`` seconds passed; per-producer order holds because
+a later batch is refused (out of order) until the earlier one is stored.
+
+``send_stream`` sends a very large message as a sequence of CHUNK batches (each ``chunk_bytes``),
+at most ``max_pending_bytes`` of it in flight, so it never sits whole in memory; the consumer gets
+a ``StreamMessage`` and reads the chunks as they come.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import AsyncIterable, Iterable
+from time import time as _time
+from typing import Any
+
+from hybridmq.api.assignment import PartitionType
+from hybridmq.api.frames import BatchFlag, ErrorCode, FrameType
+from hybridmq.broker.protocol import Connection, RemoteError
+from hybridmq.client.connection import ClientError, connect
+from hybridmq.client.distribution import Strategy
+from hybridmq.client.message import Ack, pack_records
+
+_stream_ids = itertools.count(1)
+MAX_RECORD_BYTES = 8 * 1024 * 1024
+# Errors after which a batch is resent as it is (same pid, producer epoch and sequence).
+RETRIABLE = frozenset(
+    {ErrorCode.MM_UNAVAILABLE, ErrorCode.NOT_PRIMARY, ErrorCode.STALE_EPOCH, ErrorCode.OUT_OF_ORDER_SEQUENCE}
+)
+
+
+class _Batch:
+    __slots__ = ("dest", "expiry", "future", "records", "size")
+
+    def __init__(self, dest: str, expiry: int) -> None:
+        self.dest = dest
+        self.expiry = expiry
+        self.records: list[tuple[Any, ...]] = []
+        self.size = 0
+        self.future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+
+class Producer:
+    def __init__(
+        self,
+        conn: Connection,
+        runner: asyncio.Task[None],
+        partition: str,
+        producer_id: str,
+        pid: int,
+        *,
+        linger_ms: float,
+        batch_bytes: int,
+        max_pending_bytes: int,
+        delivery_timeout: float = 30.0,
+    ) -> None:
+        self.conn = conn
+        self.partition = partition
+        self.producer_id = producer_id
+        self.pid = pid  # idempotence: (pid, sequence) lets the MM store a resent batch once
+        self._seq = 0
+        self._pepoch = 0  # producer epoch: bumped (sequence back to 0) after a failed batch
+        self.linger = linger_ms / 1000.0
+        self.batch_bytes = batch_bytes
+        self.max_pending_bytes = max_pending_bytes
+        self.delivery_timeout = delivery_timeout
+        self._open: dict[tuple[str, int], _Batch] = {}
+        self._buffered = 0
+        self._inflight = 0
+        self._unblocked = asyncio.Event()
+        self._unblocked.set()
+        self._timer: asyncio.TimerHandle | None = None
+        self._outstanding: set[asyncio.Future[int]] = set()
+        self._runner = runner
+        conn.handler = self._on_frame
+        self.error: BaseException | None = None
+
+    @classmethod
+    async def connect(
+        cls,
+        bootstrap: str | list[str] | None = None,
+        *,
+        partition_type: str | PartitionType = PartitionType.ON_DEMAND,
+        key: str | bytes | None = None,
+        partition: str | None = None,
+        user: str | None = None,
+        password: str | None = None,
+        client_id: str | None = None,
+        strategy: Strategy | None = None,
+        linger_ms: float = 2.0,
+        batch_bytes: int = 256 * 1024,
+        max_pending_bytes: int = 8 * 1024 * 1024,
+        delivery_timeout: float = 30.0,
+    ) -> Producer:
+        conn, _ = await connect(
+            bootstrap, user=user, password=password, client_id=client_id, strategy=strategy
+        )
+        runner = asyncio.create_task(conn.run())
+        try:
+            reply = await conn.request(
+                {
+                    "t": FrameType.OPEN_PRODUCER,
+                    "ptype": str(PartitionType(partition_type)),
+                    "key": key,
+                    "partition": partition,
+                }
+            )
+        except RemoteError as exc:
+            conn.close()
+            raise ClientError(exc.code, exc.msg) from None
+        return cls(
+            conn,
+            runner,
+            reply["partition"],
+            reply["producer_id"],
+            int(reply.get("pid", -1)),
+            linger_ms=linger_ms,
+            batch_bytes=batch_bytes,
+            max_pending_bytes=max_pending_bytes,
+            delivery_timeout=delivery_timeout,
+        )
+
+    async def __aenter__(self) -> Producer:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def _on_frame(self, frame: dict[str, Any]) -> None:
+        if frame.get("t") == FrameType.ERROR and frame.get("fatal"):
+            self.error = ClientError(int(frame.get("code", 0)), str(frame.get("msg")))
+
+    # -- flow control ----------------------------------------------------------------------------
+    @property
+    def is_blocked(self) -> bool:
+        return self._buffered + self._inflight >= self.max_pending_bytes
+
+    async def wait_unblocked(self) -> None:
+        while self.is_blocked:
+            self._unblocked.clear()
+            await self._unblocked.wait()
+
+    def _update_blocked(self) -> None:
+        if not self.is_blocked:
+            self._unblocked.set()
+
+    # -- sending ---------------------------------------------------------------------------------
+    def _append(
+        self, dest: str, value: bytes, key: bytes | str | None, headers: dict[str, Any] | None, ttl_ms: int
+    ) -> tuple[_Batch, int]:
+        # The per-record hot path of the whole pipeline: keep it lean.
+        if self.conn.closed:
+            raise self.error or ConnectionError("producer connection closed")
+        if value.__class__ is not bytes:
+            value = value.encode() if isinstance(value, str) else bytes(value)
+        size = len(value) + 16
+        if size > MAX_RECORD_BYTES:
+            raise ValueError(
+                f"record of {size} bytes > {MAX_RECORD_BYTES}: use send_stream for very large messages"
+            )
+        ts = int(_time() * 1000)
+        k = (dest, ttl_ms)
+        batch = self._open.get(k)
+        if batch is None:
+            batch = _Batch(dest, ts + ttl_ms if ttl_ms else 0)
+            self._open[k] = batch
+            if self._timer is None:
+                self._timer = asyncio.get_running_loop().call_later(self.linger, self._linger_expired)
+        records = batch.records
+        index = len(records)
+        records.append((value, key, headers, ts))
+        batch.size += size
+        self._buffered += size
+        if batch.size >= self.batch_bytes:
+            self._dispatch(k)
+        return batch, index
+
+    def try_send(
+        self,
+        dest: str,
+        value: bytes,
+        key: bytes | str | None = None,
+        headers: dict[str, Any] | None = None,
+        ttl_ms: int = 0,
+    ) -> bool:
+        """Queue a record without waiting; False (nothing queued) when the producer is blocked."""
+        if self.is_blocked:
+            return False
+        self._append(dest, value, key, headers, ttl_ms)
+        return True
+
+    async def send(
+        self,
+        dest: str,
+        value: bytes,
+        key: bytes | str | None = None,
+        headers: dict[str, Any] | None = None,
+        ttl_ms: int = 0,
+    ) -> Ack:
+        """Send one record; returns its ``Ack(partition, offset)`` once it is stored."""
+        if self.is_blocked:
+            await self.wait_unblocked()
+        batch, index = self._append(dest, value, key, headers, ttl_ms)
+        base = await batch.future
+        return Ack(self.partition, base + index)
+
+    def _linger_expired(self) -> None:
+        self._timer = None
+        for k in list(self._open):
+            self._dispatch(k)
+
+    def _dispatch(self, k: tuple[str, int]) -> None:
+        batch = self._open.pop(k)
+        if not self._open and self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        blob = pack_records(batch.records)
+        self._buffered -= batch.size
+        self._send_blob(batch.dest, len(batch.records), blob, 0, batch.expiry, None, batch.future, batch.size)
+
+    def _send_blob(
+        self,
+        dest: str,
+        count: int,
+        blob: bytes,
+        flags: int,
+        expiry: int,
+        extra: dict[str, Any] | None,
+        result: asyncio.Future[int],
+        size: int,
+    ) -> None:
+        frame = {
+            "t": FrameType.PRODUCE,
+            "p": self.partition,
+            "d": dest,
+            "n": count,
+            "b": blob,
+            "f": flags,
+            "x": expiry,
+            "xa": extra,
+            "pid": self.pid,
+            "pep": self._pepoch,
+            "seq": self._seq,
+        }
+        self._seq += count
+        self._inflight += size
+        self._outstanding.add(result)
+        # Avoid "exception never retrieved" for fire-and-forget sends.
+        result.add_done_callback(lambda r: r.cancelled() or r.exception())
+        deadline = asyncio.get_running_loop().time() + self.delivery_timeout
+        self._attempt(frame, result, size, deadline, 0.05)
+
+    def _attempt(
+        self, frame: dict[str, Any], result: asyncio.Future[int], size: int, deadline: float, delay: float
+    ) -> None:
+        """Send (or resend, with the same producer id, epoch and sequence) one batch."""
+        loop = asyncio.get_running_loop()
+        try:
+            fut = self.conn.request_nowait(dict(frame))
+        except Exception as exc:
+            self._finish(frame, result, size, self.error or exc)
+            return
+
+        def done(f: asyncio.Future[Any]) -> None:
+            exc = f.exception()
+            if (
+                isinstance(exc, RemoteError)
+                and exc.code in RETRIABLE
+                and loop.time() + delay < deadline
+                and not self.conn.closed
+            ):
+                # e.g. the MM restarted or the partition moved to a new primary: resend; the MM
+                # drops what it already stored (idempotence), and later batches wait their turn.
+                loop.call_later(delay, self._attempt, frame, result, size, deadline, min(delay * 2, 0.5))
+                return
+            self._finish(frame, result, size, exc, f)
+
+        fut.add_done_callback(done)
+
+    def _finish(
+        self,
+        frame: dict[str, Any],
+        result: asyncio.Future[int],
+        size: int,
+        exc: BaseException | None,
+        reply: asyncio.Future[Any] | None = None,
+    ) -> None:
+        self._inflight -= size
+        self._outstanding.discard(result)
+        self._update_blocked()
+        if exc is not None and frame["pep"] == self._pepoch:
+            # Given up on a batch that may not be stored: later batches start a new producer epoch.
+            self._pepoch += 1
+            self._seq = 0
+        if result.done():
+            return
+        if exc is None and reply is not None:
+            result.set_result(int(reply.result()["o"]))
+        elif isinstance(exc, RemoteError):
+            result.set_exception(ClientError(exc.code, exc.msg))
+        else:
+            result.set_exception(self.error or exc or ConnectionError("send failed"))
+
+    async def flush(self) -> None:
+        """Send everything buffered and wait until it is acknowledged (raises the first error)."""
+        for k in list(self._open):
+            self._dispatch(k)
+        await self.conn.drain()
+        pending = list(self._outstanding)
+        if pending:
+            await asyncio.gather(*pending)
+
+    async def send_stream(
+        self,
+        dest: str,
+        chunks: AsyncIterable[bytes] | Iterable[bytes],
+        key: bytes | str | None = None,
+        headers: dict[str, Any] | None = None,
+    ) -> Ack:
+        """Send one very large message from an (async) iterable of byte chunks.
+
+        Each chunk becomes one CHUNK batch (keep chunks well under the frame limit, e.g. 1 MiB);
+        returns the Ack of the final chunk, whose offset identifies the message.
+        """
+        await self.flush()
+        sid = f"{self.producer_id}/{next(_stream_ids)}"
+        seq = 0
+        last: asyncio.Future[int] | None = None
+
+        async def produce(chunk: bytes, fin: bool) -> asyncio.Future[int]:
+            nonlocal seq
+            await self.wait_unblocked()
+            fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+            extra = {"sid": sid, "seq": seq, "fin": fin, "key": key, "h": headers if seq == 0 else None}
+            self._send_blob(dest, 1, chunk, BatchFlag.CHUNK, 0, extra, fut, len(chunk) + 64)
+            await self.conn.drain()
+            seq += 1
+            return fut
+
+        pending: bytes | None = None
+        if isinstance(chunks, AsyncIterable):
+            async for chunk in chunks:
+                if pending is not None:
+                    await produce(pending, False)
+                pending = bytes(chunk)
+        else:
+            for chunk in chunks:
+                if pending is not None:
+                    await produce(pending, False)
+                pending = bytes(chunk)
+        last = await produce(pending or b"", True)
+        await self.flush()
+        return Ack(self.partition, await last)
+
+    async def close(self) -> None:
+        try:
+            if not self.conn.closed:
+                await self.flush()
+        finally:
+            self.conn.close()
+            self._runner.cancel()

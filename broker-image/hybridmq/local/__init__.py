@@ -1,0 +1,1 @@
+"""``hybridmq local``: a development cluster of real processes on loopback."""

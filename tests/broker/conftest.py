@@ -1,0 +1,45 @@
+"""Real CM and MM processes on loopback for the broker tests (``LocalCluster``)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from hybridmq.local.runner import LocalCluster
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """1 CM + 2 MMs (2 fixed + 2 on-demand partitions each), shared by a test module."""
+    c = LocalCluster(tmp_path_factory.mktemp("cluster"), mms=2, mm_args=["--max-redeliveries", "2"])
+    with c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def secure_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """A cluster with a credentials file and ACLs: alice may produce/consume orders.*, bob only consume."""
+    d = tmp_path_factory.mktemp("secure")
+    creds = d / "users"
+    creds.mkdir()
+    (creds / "alice").write_text("alice-secret\n")
+    (creds / "bob").write_text("bob-secret\n")
+    acl = d / "acl.json"
+    acl.write_text(
+        json.dumps(
+            {
+                "alice": {"produce": ["topic:orders.*", "queue:*"], "consume": ["topic:orders.*", "queue:*"]},
+                "bob": {"produce": [], "consume": ["topic:orders.*"]},
+            }
+        )
+    )
+    c = LocalCluster(d / "run", mms=1, credentials=creds, acl=acl)
+    with c:
+        yield c
+
+
+def read_log(path: Path) -> str:
+    return path.read_text(errors="replace") if path.exists() else ""

@@ -1,0 +1,61 @@
+"""Authentication and ACLs: a refused client gets a clear error; everyone else keeps working."""
+
+from __future__ import annotations
+
+import pytest
+
+from hybridmq.api.frames import ErrorCode
+from hybridmq.client import ClientError, Consumer, Message, Producer
+from hybridmq.local.runner import LocalCluster
+
+ALICE = {"user": "alice", "password": "alice-secret"}
+BOB = {"user": "bob", "password": "bob-secret"}
+
+
+async def test_wrong_password_is_refused_only_for_that_client(secure_cluster: LocalCluster) -> None:
+    good = await Producer.connect(secure_cluster.bootstrap, **ALICE)
+    with pytest.raises(ClientError) as err:
+        await Producer.connect(secure_cluster.bootstrap, user="alice", password="wrong")
+    assert err.value.code == ErrorCode.AUTH_FAILED
+    assert "authentication failed for user 'alice'" in str(err.value)
+    with pytest.raises(ClientError) as err2:
+        await Consumer.connect(secure_cluster.bootstrap, "topic:orders.eu", user="mallory", password="x")
+    assert err2.value.code == ErrorCode.AUTH_FAILED
+    # the already-connected client is unaffected
+    ack = await good.send("topic:orders.eu", b"still here")
+    assert ack.offset >= 0
+    await good.close()
+
+
+async def test_acl_denial_is_reported_to_that_client_only(secure_cluster: LocalCluster) -> None:
+    reader = await Consumer.connect(secure_cluster.bootstrap, "topic:orders.us", **BOB)
+    alice = await Producer.connect(secure_cluster.bootstrap, **ALICE)
+    bob = await Producer.connect(secure_cluster.bootstrap, **BOB)
+    with pytest.raises(ClientError) as err:
+        await bob.send("topic:orders.us", b"forged")
+    assert err.value.code == ErrorCode.ACL_DENIED
+    assert "bob" in str(err.value) and "topic:orders.us" in str(err.value)
+    with pytest.raises(ClientError) as err2:
+        await alice.send("topic:payroll", b"x")  # alice may not produce there either
+    assert err2.value.code == ErrorCode.ACL_DENIED
+    await alice.send("topic:orders.us", b"legit")
+    m = await reader.receive(timeout=10)
+    assert isinstance(m, Message) and m.value == b"legit"
+    with pytest.raises(ClientError) as err3:
+        await Consumer.connect(secure_cluster.bootstrap, "queue:jobs", **BOB)
+    assert err3.value.code == ErrorCode.ACL_DENIED
+    for c in (alice, bob):
+        await c.close()
+    await reader.close()
+
+
+def test_credentials_are_stored_as_salted_hashes() -> None:
+    from hybridmq.broker.auth.credentials import CredentialStore
+
+    store = CredentialStore()
+    store.add("u", "pw")
+    store.add("v", "pw")
+    stored = store._hashes
+    assert "pw" not in stored["u"] and stored["u"] != stored["v"]  # salted
+    assert store.authenticate("u", "pw") and not store.authenticate("u", "nope")
+    assert not store.authenticate("nobody", "pw")
