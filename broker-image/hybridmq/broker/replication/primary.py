@@ -1,0 +1,489 @@
+"""The primary side of one partition: appends, backup fetches, in-sync set, high watermark, fencing.
+
+Lifecycle (the MM server drives it from its ``AssignmentSource``)::
+
+    primary = PartitionPrimary(log, partition="orders-0", replica_id="mm-0", epoch=7,
+                               replicas=("mm-0", "mm-1"), in_sync=("mm-0", "mm-1"), min_in_sync=2,
+                               lease_valid=renewer.is_valid, alter_in_sync=report_in_sync)
+    result = await primary.produce(payload, count, epoch=request_epoch, producer_id=pid,
+                                   base_sequence=seq)          # acknowledged: min_in_sync copies
+    response = await primary.handle_fetch(fetch_request)        # a backup's FetchRequest
+    response = primary.handle_end_offset_for_epoch(request)     # a backup truncating
+    snapshot = primary.handle_snapshot(request)                 # a new backup catching up
+    primary.update_assignment(replicas=..., in_sync=..., min_in_sync=...)  # operator's decisions
+    primary.step_down("lease lost")                             # stop accepting writes now
+    primary.tick()                                              # every ~lag_time/4: in-sync rule
+
+Rules:
+
+* Fencing: a produce or fetch whose epoch is older than ours is refused with
+  ``FencedEpochError`` / ``ErrorCode.FENCED_EPOCH``; a newer epoch means this primary is stale: it
+  steps down and answers ``NOT_PRIMARY``. Once stepped down (or while ``lease_valid()`` is false)
+  no write is accepted and pending acknowledgements fail with ``NotPrimaryError``.
+* A produce is refused (``NotEnoughReplicasError``) while fewer than ``min_in_sync`` replicas
+  (primary included; capped at the replica count) are in sync, and acknowledged only once the
+  high watermark covers it: ``HW = min(primary's durable offset, each in-sync backup's fetch
+  offset)``, never decreasing within the epoch.
+* The in-sync set follows :mod:`.isr`. Changes are *proposed*; they take effect once committed:
+  by ``alter_in_sync(new_set) -> bool`` if given (the MM reports it; the operator commits it into
+  ``Partition.status.inSync``) and/or by ``update_assignment(in_sync=...)``; without a committer
+  they commit at once. Until then the HW is computed over the union of the committed and the
+  proposed sets (a backup being removed still holds the HW back; Kafka's "maximal ISR"), so an
+  acknowledged record is on every replica the operator may promote.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+
+from hybridmq.broker.log import AppendResult, PartitionLog
+from hybridmq.broker.log.epoch_cache import UNDEFINED_EPOCH
+
+from .errors import (
+    ErrorCode,
+    FencedEpochError,
+    NotEnoughReplicasAfterAppendError,
+    NotEnoughReplicasError,
+    NotPrimaryError,
+    ReplicationError,
+)
+from .isr import ReplicaState, can_join, is_lagging
+from .messages import (
+    EpochEndOffsetRequest,
+    EpochEndOffsetResponse,
+    FetchRequest,
+    FetchResponse,
+    Snapshot,
+    SnapshotRequest,
+)
+
+LOG = logging.getLogger(__name__)
+
+AlterInSync = Callable[[frozenset[str]], Awaitable[bool]]
+
+
+class PartitionPrimary:
+    def __init__(
+        self,
+        log: PartitionLog,
+        *,
+        partition: str,
+        replica_id: str,
+        epoch: int,
+        replicas: Sequence[str],
+        in_sync: Iterable[str] | None = None,
+        min_in_sync: int = 2,
+        lag_time_ms: float = 10_000,
+        lease_valid: Callable[[], bool] | None = None,
+        alter_in_sync: AlterInSync | None = None,
+        state_provider: Callable[[], bytes | None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.log = log
+        self.partition = partition
+        self.replica_id = replica_id
+        self.epoch = epoch
+        self._clock = clock
+        self._lag_time = lag_time_ms / 1000.0
+        self._lease_valid = lease_valid
+        self._alter_in_sync = alter_in_sync
+        self._state_provider = state_provider
+        self._replicas: tuple[str, ...] = tuple(replicas)
+        self._min_in_sync = min_in_sync
+        self._stepped_down: str | None = None
+        self._states: dict[str, ReplicaState] = {}
+        self._hw_waiters: list[tuple[int, int, asyncio.Future[None]]] = []
+        self._seq = itertools.count()
+        self._data_event = asyncio.Event()
+        self._alter_task: asyncio.Task[None] | None = None
+        log.begin_epoch(epoch)  # StaleEpochError if the log has seen a newer epoch
+        self.epoch_start_offset = log.end_offset_for_epoch(epoch)[1]
+        if self.epoch_start_offset < 0:
+            self.epoch_start_offset = log.log_end_offset
+        now = clock()
+        members = set(in_sync if in_sync is not None else self._replicas) & set(self._replicas)
+        members.add(replica_id)
+        self._in_sync = frozenset(members)
+        self._proposed: frozenset[str] | None = None
+        for replica in self._replicas:
+            if replica != replica_id:
+                # Members get a full lag time of grace to fetch from the new primary.
+                self._states[replica] = ReplicaState(
+                    replica, last_caught_up_time=now if replica in members else float("-inf")
+                )
+        self._hw = min(log.log_start_offset, log.log_end_offset)
+        log.add_append_listener(self._on_append)
+        self._update_hw()
+
+    # -- state -------------------------------------------------------------------------------------
+
+    @property
+    def high_watermark(self) -> int:
+        return self._hw
+
+    @property
+    def in_sync(self) -> frozenset[str]:
+        """The committed in-sync set."""
+        return self._in_sync
+
+    @property
+    def proposed_in_sync(self) -> frozenset[str] | None:
+        """An in-sync set waiting to be committed (report it to the operator), or None."""
+        return self._proposed
+
+    @property
+    def replicas(self) -> tuple[str, ...]:
+        return self._replicas
+
+    @property
+    def min_in_sync(self) -> int:
+        return max(1, min(self._min_in_sync, len(self._replicas)))
+
+    @property
+    def writable(self) -> bool:
+        return self._stepped_down is None and (self._lease_valid is None or self._lease_valid())
+
+    def replica_state(self, replica_id: str) -> ReplicaState | None:
+        return self._states.get(replica_id)
+
+    def report(self) -> dict[str, object]:
+        """What the MM reports about this partition (lease annotation, /admin, metrics)."""
+        return {
+            "role": "primary",
+            "epoch": self.epoch,
+            "log_start_offset": self.log.log_start_offset,
+            "log_end_offset": self.log.log_end_offset,
+            "high_watermark": self._hw,
+            "in_sync": sorted(self._in_sync),
+            "proposed_in_sync": sorted(self._proposed) if self._proposed is not None else None,
+            "replica_offsets": {r: s.fetch_offset for r, s in self._states.items()},
+            "writable": self.writable,
+        }
+
+    # -- fencing -----------------------------------------------------------------------------------
+
+    def check_epoch(self, epoch: int) -> None:
+        if epoch < self.epoch:
+            raise FencedEpochError(f"{self.partition}: epoch {epoch} is older than {self.epoch}")
+        if epoch > self.epoch:
+            self.step_down(f"saw newer epoch {epoch}")
+            raise NotPrimaryError(f"{self.partition}: epoch {epoch} is newer than {self.epoch}")
+
+    def ensure_writable(self) -> None:
+        if self._stepped_down is not None:
+            raise NotPrimaryError(f"{self.partition}: stepped down ({self._stepped_down})")
+        if self._lease_valid is not None and not self._lease_valid():
+            self.step_down("lease lost")
+            raise NotPrimaryError(f"{self.partition}: lease lost")
+
+    def step_down(self, reason: str) -> None:
+        """Stop accepting writes and fail every pending acknowledgement (idempotent)."""
+        if self._stepped_down is not None:
+            return
+        LOG.info("%s: primary at epoch %d steps down: %s", self.partition, self.epoch, reason)
+        self._stepped_down = reason
+        waiters, self._hw_waiters = self._hw_waiters, []
+        for _, _, future in waiters:
+            if not future.done():
+                future.set_exception(NotPrimaryError(f"{self.partition}: stepped down ({reason})"))
+        self._data_event.set()
+
+    def close(self) -> None:
+        """Detach from the log (the primary object is not used again)."""
+        self.step_down("closed")
+        self.log.remove_append_listener(self._on_append)
+        if self._alter_task is not None:
+            self._alter_task.cancel()
+
+    # -- producing ---------------------------------------------------------------------------------
+
+    def append(
+        self,
+        payload: bytes | bytearray | memoryview,
+        count: int,
+        *,
+        epoch: int,
+        producer_id: int = -1,
+        producer_epoch: int = 0,
+        base_sequence: int = -1,
+        timestamp: int | None = None,
+        control: bool = False,
+    ) -> AppendResult:
+        """Fence, check the in-sync count, append. Does not wait: see :meth:`produce`."""
+        self.check_epoch(epoch)
+        self.ensure_writable()
+        if len(self._in_sync) < self.min_in_sync:
+            raise NotEnoughReplicasError(
+                f"{self.partition}: {len(self._in_sync)} in sync, {self.min_in_sync} required"
+            )
+        return self.log.append(
+            payload,
+            count,
+            self.epoch,
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            base_sequence=base_sequence,
+            timestamp=timestamp,
+            control=control,
+        )
+
+    async def produce(
+        self,
+        payload: bytes | bytearray | memoryview,
+        count: int,
+        *,
+        epoch: int,
+        producer_id: int = -1,
+        producer_epoch: int = 0,
+        base_sequence: int = -1,
+        timestamp: int | None = None,
+        control: bool = False,
+    ) -> AppendResult:
+        """Append and return once ``min_in_sync`` copies (this one fsynced) hold the batch.
+
+        A duplicate (idempotent resend) is acknowledged with the original offsets once those are
+        committed. Raises a ReplicationError (or a LogError for sequence problems). Bound the wait
+        with ``asyncio.timeout``: a batch whose wait was cancelled stays in the log and may still
+        be committed; the producer resends it and the resend is recognised as a duplicate.
+        """
+        result = self.append(
+            payload,
+            count,
+            epoch=epoch,
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            base_sequence=base_sequence,
+            timestamp=timestamp,
+            control=control,
+        )
+        if result.duplicate and result.base_offset < 0:
+            return result
+        await self.wait_committed(result.end_offset)
+        return result
+
+    async def wait_committed(self, end_offset: int) -> None:
+        """Local durability (group commit), then :meth:`wait_for_hw`."""
+        await self.log.flush_until(end_offset)
+        self._update_hw()
+        await self.wait_for_hw(end_offset)
+
+    async def wait_for_hw(self, offset: int) -> None:
+        """Return once the high watermark is >= ``offset`` with ``min_in_sync`` replicas in sync."""
+        if self._hw < offset:
+            if self._stepped_down is not None:
+                raise NotPrimaryError(f"{self.partition}: stepped down ({self._stepped_down})")
+            future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            heapq.heappush(self._hw_waiters, (offset, next(self._seq), future))
+            await future
+        if len(self._in_sync) < self.min_in_sync:
+            raise NotEnoughReplicasAfterAppendError(
+                f"{self.partition}: stored, but only {len(self._in_sync)} replicas in sync"
+            )
+
+    # -- backups -----------------------------------------------------------------------------------
+
+    def _fetch_error(self, request_epoch: int, replica_id: str) -> ErrorCode:
+        if request_epoch < self.epoch:
+            return ErrorCode.FENCED_EPOCH
+        if request_epoch > self.epoch:
+            self.step_down(f"replica {replica_id} is at newer epoch {request_epoch}")
+            return ErrorCode.NOT_PRIMARY
+        if self._stepped_down is not None:
+            return ErrorCode.NOT_PRIMARY
+        if replica_id not in self._states:
+            return ErrorCode.UNKNOWN_REPLICA
+        return ErrorCode.NONE
+
+    async def handle_fetch(self, request: FetchRequest) -> FetchResponse:
+        """Serve a backup's fetch: record its progress, apply the in-sync rule, return batches."""
+        log = self.log
+        error = self._fetch_error(request.epoch, request.replica_id)
+        if error is ErrorCode.NONE and not (
+            log.log_start_offset <= request.fetch_offset <= log.log_end_offset
+        ):
+            error = ErrorCode.OFFSET_OUT_OF_RANGE
+        if error is not ErrorCode.NONE:
+            return FetchResponse(
+                request.partition, self.epoch, error, self._hw, log.log_start_offset, log.log_end_offset
+            )
+        state = self._states[request.replica_id]
+        now = self._clock()
+        state.on_fetch(request.fetch_offset, now, log.log_end_offset)
+        self._maintain_in_sync(now)
+        self._update_hw()
+        if request.fetch_offset >= log.log_end_offset and request.max_wait_ms > 0:
+            self._data_event.clear()
+            try:
+                await asyncio.wait_for(self._data_event.wait(), request.max_wait_ms / 1000.0)
+            except TimeoutError:
+                pass
+            if self._stepped_down is not None:
+                return FetchResponse(
+                    request.partition,
+                    self.epoch,
+                    ErrorCode.NOT_PRIMARY,
+                    self._hw,
+                    log.log_start_offset,
+                    log.log_end_offset,
+                )
+        records = b""
+        if request.fetch_offset < log.log_end_offset:
+            records = log.read(request.fetch_offset, request.max_bytes)
+        return FetchResponse(
+            request.partition,
+            self.epoch,
+            ErrorCode.NONE,
+            self._hw,
+            log.log_start_offset,
+            log.log_end_offset,
+            records,
+        )
+
+    def handle_end_offset_for_epoch(self, request: EpochEndOffsetRequest) -> EpochEndOffsetResponse:
+        log = self.log
+        error = self._fetch_error(request.epoch, request.replica_id)
+        if error is not ErrorCode.NONE:
+            return EpochEndOffsetResponse(
+                request.partition, self.epoch, error, log_start_offset=log.log_start_offset
+            )
+        leader_epoch, end_offset = log.end_offset_for_epoch(request.leader_epoch)
+        if leader_epoch == UNDEFINED_EPOCH:
+            end_offset = -1
+        return EpochEndOffsetResponse(
+            request.partition,
+            self.epoch,
+            ErrorCode.NONE,
+            leader_epoch,
+            end_offset,
+            log.log_start_offset,
+            log.log_end_offset,
+        )
+
+    def handle_snapshot(self, request: SnapshotRequest) -> Snapshot:
+        """Externalize the state a new backup needs (seed 001: messages + sequence-number table)."""
+        log = self.log
+        error = self._fetch_error(request.epoch, request.replica_id)
+        if error is not ErrorCode.NONE:
+            return Snapshot(request.partition, self.epoch, error)
+        app_state = self._state_provider() if self._state_provider is not None else None
+        return Snapshot(
+            request.partition,
+            self.epoch,
+            ErrorCode.NONE,
+            log_start_offset=log.log_start_offset,
+            snapshot_offset=log.log_end_offset,
+            high_watermark=self._hw,
+            producer_state=log.producer_snapshot(),
+            app_state=app_state,
+        )
+
+    # -- in-sync set and high watermark --------------------------------------------------------------
+
+    async def run_maintenance(self, interval: float | None = None) -> None:
+        """Call :meth:`tick` every ``interval`` seconds (default: a quarter of the lag time) until
+        the primary steps down. Run it as a task next to the primary."""
+        period = interval if interval is not None else max(self._lag_time / 4, 0.01)
+        while self._stepped_down is None:
+            self.tick()
+            await asyncio.sleep(period)
+
+    def tick(self) -> None:
+        """Apply the lag-time rule without waiting for a fetch (call it periodically)."""
+        self._maintain_in_sync(self._clock())
+        self._update_hw()
+
+    def _maintain_in_sync(self, now: float) -> None:
+        current = self._proposed if self._proposed is not None else self._in_sync
+        desired = set(current)
+        for replica, state in self._states.items():
+            if replica in desired:
+                if is_lagging(state, now, self._lag_time):
+                    desired.discard(replica)
+            elif can_join(state, now, self._lag_time, self._hw, self.epoch_start_offset):
+                desired.add(replica)
+        desired.add(self.replica_id)
+        if desired != current:
+            self._propose(frozenset(desired))
+
+    def _propose(self, members: frozenset[str]) -> None:
+        LOG.info("%s: in-sync set %s -> %s", self.partition, sorted(self._in_sync), sorted(members))
+        if self._alter_in_sync is None:
+            self._commit(members)
+            return
+        self._proposed = members
+        if self._alter_task is None or self._alter_task.done():
+            self._alter_task = asyncio.get_running_loop().create_task(self._run_alter())
+
+    async def _run_alter(self) -> None:
+        assert self._alter_in_sync is not None
+        while self._proposed is not None and self._stepped_down is None:
+            proposal = self._proposed
+            try:
+                ok = await self._alter_in_sync(proposal)
+            except Exception:
+                LOG.exception("%s: alter_in_sync failed", self.partition)
+                ok = False
+            if ok and self._proposed == proposal:
+                self._commit(proposal)
+                return
+            if not ok:
+                await asyncio.sleep(0.1)
+
+    def _commit(self, members: frozenset[str]) -> None:
+        self._in_sync = members | {self.replica_id}
+        self._proposed = None
+        self._update_hw()
+
+    def update_assignment(
+        self,
+        *,
+        replicas: Sequence[str] | None = None,
+        in_sync: Iterable[str] | None = None,
+        min_in_sync: int | None = None,
+    ) -> None:
+        """Apply the operator's latest decisions for this partition at the same epoch."""
+        if replicas is not None:
+            self._replicas = tuple(replicas)
+            now = self._clock()
+            for replica in self._replicas:
+                if replica != self.replica_id and replica not in self._states:
+                    self._states[replica] = ReplicaState(replica)
+            for replica in list(self._states):
+                if replica not in self._replicas:
+                    del self._states[replica]
+            self._in_sync = self._in_sync & (set(self._replicas) | {self.replica_id})
+            self._maintain_in_sync(now)
+        if min_in_sync is not None:
+            self._min_in_sync = min_in_sync
+        if in_sync is not None:
+            committed = frozenset(in_sync) & (set(self._replicas) | {self.replica_id})
+            if self._proposed is None or committed == self._proposed | {self.replica_id}:
+                self._commit(committed)
+        self._update_hw()
+
+    def _update_hw(self) -> None:
+        members = self._in_sync if self._proposed is None else self._in_sync | self._proposed
+        hw = self.log.durable_offset
+        for replica in members:
+            if replica == self.replica_id:
+                continue
+            state = self._states.get(replica)
+            hw = min(hw, state.fetch_offset if state is not None else -1)
+        if hw > self._hw:
+            self._hw = hw
+            waiters = self._hw_waiters
+            while waiters and waiters[0][0] <= hw:
+                future = heapq.heappop(waiters)[2]
+                if not future.done():
+                    future.set_result(None)
+
+    def _on_append(self) -> None:
+        self._data_event.set()
+
+
+__all__ = ["AlterInSync", "PartitionPrimary", "ReplicationError"]
