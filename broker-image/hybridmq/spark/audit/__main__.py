@@ -1,0 +1,5 @@
+import sys
+
+from hybridmq.spark.audit import main
+
+sys.exit(main())

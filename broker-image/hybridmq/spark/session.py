@@ -1,0 +1,37 @@
+"""Build a SparkSession whose Python workers run this interpreter, with the data source registered."""
+
+import os
+import sys
+
+from pyspark.sql import SparkSession
+
+from hybridmq.spark.datasource import HybridMQDataSource
+
+
+def build_session(
+    master: str = "local[2]",
+    app_name: str = "hybridmq",
+    shuffle_partitions: int = 2,
+    extra: dict[str, str] | None = None,
+    log_level: str = "ERROR",
+) -> SparkSession:
+    # Workers must import hybridmq: use this interpreter (a venv), not whatever `python3` is.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    builder = (
+        SparkSession.builder.master(master)
+        .appName(app_name)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+        .config("spark.default.parallelism", str(shuffle_partitions))
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.execution.arrow.maxRecordsPerBatch", "65536")
+        .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
+    )
+    for key, value in (extra or {}).items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel(log_level)
+    session.dataSource.register(HybridMQDataSource)
+    return session
