@@ -45,8 +45,23 @@ ACK                client->CM->MM: s, p, o (base offset of the delivered batch);
 NACK               client->CM->MM: s, p, o — give the batch back for redelivery. No reply.
 ADMIN              client->CM: c, cmd, args -> one or more ADMIN_PART {r, i, of, data};
                    a composite reply says how many parts (``of``) to expect.
-DIRECTORY          client->CM: c -> OK {r, brokers: [BrokerEntry dicts], partitions: [...],
-                   applications: {cm: {app: sessions}}}
+DIRECTORY          client->CM: c, next? (application name) -> OK {r, brokers: [BrokerEntry dicts],
+                   partitions: [...], applications: {cm: {app: sessions}} (all CMs),
+                   next?: BrokerEntry dict of the CM the application should use next}
+MARKER             client->CM: c, d (topic), id (marker id), v? (bytes) -> OK {r, partitions: [names
+                   that got the marker record], failed: {partition: reason}}
+FETCH              client->CM: c, p (partition), o (offset), e? (exclusive end; capped at the
+                   high watermark), mb? (max bytes), i? (also internal ``_`` destinations)
+                   -> OK {r, p, start (log start), hw (high watermark), batches: [{o (base offset),
+                   n, d, pid, pep, seq (base sequence), ts, ctl (control), f, xa, b (records
+                   blob)}]}; whole stored batches (the first may start below ``o``); a batch the
+                   session may not see is a stub {o, n, ctl: true, skip: reason}. CM->MM: the same
+                   plus pe (partition epoch). Errors: UNKNOWN_PARTITION, OFFSET_OUT_OF_RANGE
+                   (``o`` below the log start; the ERROR carries start and hw), NOT_PRIMARY,
+                   MM_UNAVAILABLE. (``broker/cm/fetch_route.py``, ``broker/mm/fetch_handler.py``)
+FETCH_META         client->CM: c, p? (partition names, default all) -> OK {r, partitions: [{name,
+                   type, primary, epoch, writable, start, hw, end, err?}]}. CM->MM: c, p? ->
+                   OK {r, partitions: {name: {start, hw, end, epoch}}}
 PING / PONG        c / r (liveness)
 =================  ==========================================================================
 
@@ -84,8 +99,11 @@ class FrameType(IntEnum):
     ADMIN = 30
     ADMIN_PART = 31
     DIRECTORY = 40
+    MARKER = 41
     PING = 50
     PONG = 51
+    FETCH = 70  # 60-62: REPLICA_* (broker/mm/replica_transport.py)
+    FETCH_META = 71
 
 
 class ErrorCode(IntEnum):
@@ -104,6 +122,7 @@ class ErrorCode(IntEnum):
     MM_UNAVAILABLE = 24
     OUT_OF_ORDER_SEQUENCE = 25
     PRODUCER_FENCED = 26
+    OFFSET_OUT_OF_RANGE = 27
     INVALID_REQUEST = 30
     UNKNOWN_SUBSCRIPTION = 31
     INTERNAL = 50

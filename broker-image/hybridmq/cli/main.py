@@ -36,6 +36,8 @@ def _common_server(p: argparse.ArgumentParser, default_port: int) -> None:
     p.add_argument("--cluster-token", default=_env("CLUSTER_TOKEN"))
     p.add_argument("--max-frame", type=int, default=int(_env("MAX_FRAME", str(16 << 20)) or 0))
     p.add_argument("--log-level", default=_env("LOG_LEVEL", "INFO"))
+    # Issue 4: assignments, liveness and failover from the local controller (``hybridmq local``).
+    p.add_argument("--controller", default=_env("CONTROLLER"), help="local controller URL (broker-only)")
 
 
 def _source(path: str | None) -> Any:
@@ -95,6 +97,11 @@ def cmd_mm(args: argparse.Namespace) -> None:
         segment_bytes=args.segment_bytes,
         retention_interval=args.retention_interval,
     )
+    if args.controller:  # issue 4: replicated MM, heartbeating to the local controller
+        from hybridmq.local.wiring import controller_mm
+
+        run(_run_server(controller_mm(config, args.controller), args.http_bind), args.name)
+        return
     run(_run_server(MessageManager(config, _source(args.assignments)), args.http_bind), args.name)
 
 
@@ -108,9 +115,16 @@ def cmd_cm(args: argparse.Namespace) -> None:
     config = CMConfig(
         name=args.name, host=host, port=port, max_frame=args.max_frame, cluster_token=args.cluster_token
     )
+    config.directory_config = args.directory_config  # issue 6: static application registrations
     cm = ConnectionManager(
         config, _source(args.assignments), CredentialStore.load(args.credentials), AclTable.load(args.acl)
     )
+    if args.controller:  # issue 4: assignments from the local controller, fast re-routing
+        from hybridmq.local.wiring import controller_cm
+
+        cm = controller_cm(
+            config, args.controller, CredentialStore.load(args.credentials), AclTable.load(args.acl)
+        )
     run(_run_server(cm, args.http_bind), args.name)
 
 
@@ -182,6 +196,9 @@ def _client_args(p: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    args_in = sys.argv[1:] if argv is None else list(argv)
+    if args_in[:1] == ["audit"]:  # its own argument parser (hybridmq.spark.audit.cli)
+        sys.exit(_cmd_audit(args_in[1:]))
     parser = argparse.ArgumentParser(prog="hybridmq")
     sub = parser.add_subparsers(dest="cmd", required=True)
 
@@ -200,6 +217,9 @@ def main(argv: list[str] | None = None) -> None:
     _common_server(cm, 7000)
     cm.add_argument("--credentials", default=_env("CREDENTIALS"), help="user:password file or Secret dir")
     cm.add_argument("--acl", default=_env("ACL"), help="ACL JSON file")
+    cm.add_argument(
+        "--directory-config", default=_env("DIRECTORY_CONFIG"), help="static application registrations (JSON)"
+    )
     cm.set_defaults(func=cmd_cm)
 
     pr = sub.add_parser("produce", help="send messages (argument or stdin lines)")
@@ -220,6 +240,7 @@ def main(argv: list[str] | None = None) -> None:
 
     lo = sub.add_parser("local", help="1 CM + N MMs on loopback with a static assignment")
     lo.add_argument("--mms", type=int, default=1)
+    lo.add_argument("--cms", type=int, default=1, help="number of CMs (cm-0 listens on --port)")
     lo.add_argument("--fixed-per-mm", type=int, default=2)
     lo.add_argument("--on-demand-per-mm", type=int, default=2)
     lo.add_argument("--dir", default=".hybridmq-local")
@@ -239,8 +260,24 @@ def main(argv: list[str] | None = None) -> None:
     ad.add_argument("--password", default=_env("PASSWORD"))
     ad.set_defaults(func=lambda a: asyncio.run(_admin(a)))
 
+    sub.add_parser(
+        "audit",
+        help="delivery audit (PySpark) of a cluster or an exported log; see hybridmq audit --help",
+        add_help=False,
+    )
+
     args = parser.parse_args(argv)
     args.func(args)
+
+
+def _cmd_audit(argv: list[str]) -> int:
+    """``hybridmq audit ...`` = ``python -m hybridmq.spark.audit ...`` (needs the spark extra)."""
+    try:
+        from hybridmq.spark.audit import main as audit_main
+    except ImportError as exc:  # pragma: no cover - pyspark/pyarrow missing
+        print(f"hybridmq audit needs PySpark: {exc}", file=sys.stderr)
+        return 2
+    return audit_main(argv)
 
 
 def _cmd_hash_password(args: argparse.Namespace) -> None:
@@ -263,6 +300,7 @@ def _cmd_local(args: argparse.Namespace) -> None:
     cluster = LocalCluster(
         Path(args.dir),
         mms=args.mms,
+        cms=args.cms,
         fixed_per_mm=args.fixed_per_mm,
         on_demand_per_mm=args.on_demand_per_mm,
         cm_port=args.port,
@@ -274,7 +312,7 @@ def _cmd_local(args: argparse.Namespace) -> None:
 
     signal.signal(signal.SIGTERM, interrupt)
     cluster.start()
-    print(f"hybridmq local: CM at {cluster.bootstrap}; Ctrl-C to stop", flush=True)
+    print(f"hybridmq local: CMs at {cluster.bootstraps}; Ctrl-C to stop", flush=True)
     try:
         cluster.wait()
     except KeyboardInterrupt:

@@ -6,6 +6,8 @@
         async for msg in c:
             print(msg.value)
 
+``Fetcher`` reads partitions by offset (the PySpark data source, the audit): ``client/fetcher.py``.
+
 Destinations are ``topic:<name>`` (the default for a bare name) or ``queue:<name>``.
 """
 
@@ -13,6 +15,13 @@ from hybridmq.client.admin import admin
 from hybridmq.client.blocking import BlockingConsumer, BlockingProducer
 from hybridmq.client.connection import ClientError, connect
 from hybridmq.client.consumer import Consumer
+from hybridmq.client.fetcher import (
+    FetchedBatch,
+    Fetcher,
+    FetchResult,
+    OffsetOutOfRangeError,
+    PartitionMeta,
+)
 from hybridmq.client.message import Ack, Message
 from hybridmq.client.producer import Producer
 
@@ -22,7 +31,12 @@ __all__ = [
     "BlockingProducer",
     "ClientError",
     "Consumer",
+    "FetchResult",
+    "FetchedBatch",
+    "Fetcher",
     "Message",
+    "OffsetOutOfRangeError",
+    "PartitionMeta",
     "Producer",
     "admin",
     "connect",

@@ -63,6 +63,10 @@ async def connect(
         "role": "client",
         "app": app or os.environ.get("HYBRIDMQ_APP"),
     }
+    if strategy is None and os.environ.get("HYBRIDMQ_DISTRIBUTION"):
+        from hybridmq.client.directory import configured_strategy  # issue 6: distribution by env
+
+        strategy = configured_strategy(bootstrap, app=str(hello["app"] or ""), user=user, password=password)
     if strategy is not None:
 
         async def attempt(address: str) -> tuple[Connection, dict[str, Any]]:

@@ -27,12 +27,16 @@ from typing import Any
 from hybridmq.api.assignment import PartitionType
 from hybridmq.api.frames import BatchFlag, ErrorCode, FrameType
 from hybridmq.broker.protocol import Connection, RemoteError
-from hybridmq.client.connection import ClientError, connect
+from hybridmq.client.connection import ClientError, connect, raise_remote
 from hybridmq.client.distribution import Strategy
 from hybridmq.client.message import Ack, pack_records
+from hybridmq.client.send_log import SendLog, SendLogTarget
 
 _stream_ids = itertools.count(1)
 MAX_RECORD_BYTES = 8 * 1024 * 1024
+# Issue 4: an on-demand partition that drains after a failover (or was deleted) takes no more
+# writes: an on-demand producer moves to the partition the CM assigns it now and resends there.
+MOVED = frozenset({ErrorCode.PARTITION_NOT_WRITABLE, ErrorCode.UNKNOWN_PARTITION})
 # Errors after which a batch is resent as it is (same pid, producer epoch and sequence).
 RETRIABLE = frozenset(
     {ErrorCode.MM_UNAVAILABLE, ErrorCode.NOT_PRIMARY, ErrorCode.STALE_EPOCH, ErrorCode.OUT_OF_ORDER_SEQUENCE}
@@ -63,6 +67,7 @@ class Producer:
         batch_bytes: int,
         max_pending_bytes: int,
         delivery_timeout: float = 30.0,
+        send_log: SendLogTarget = None,
     ) -> None:
         self.conn = conn
         self.partition = partition
@@ -84,6 +89,7 @@ class Producer:
         self._runner = runner
         conn.handler = self._on_frame
         self.error: BaseException | None = None
+        self.send_log = SendLog.open(send_log)  # acked producer_id,sequence lines (client/send_log.py)
 
     @classmethod
     async def connect(
@@ -101,6 +107,7 @@ class Producer:
         batch_bytes: int = 256 * 1024,
         max_pending_bytes: int = 8 * 1024 * 1024,
         delivery_timeout: float = 30.0,
+        send_log: SendLogTarget = None,
     ) -> Producer:
         conn, _ = await connect(
             bootstrap, user=user, password=password, client_id=client_id, strategy=strategy
@@ -118,7 +125,7 @@ class Producer:
         except RemoteError as exc:
             conn.close()
             raise ClientError(exc.code, exc.msg) from None
-        return cls(
+        producer = cls(
             conn,
             runner,
             reply["partition"],
@@ -128,10 +135,17 @@ class Producer:
             batch_bytes=batch_bytes,
             max_pending_bytes=max_pending_bytes,
             delivery_timeout=delivery_timeout,
+            send_log=send_log,
         )
+        producer._movable = partition is None and PartitionType(partition_type) == PartitionType.ON_DEMAND
+        return producer
 
     async def __aenter__(self) -> Producer:
         return self
+
+    def _buffers_while_disconnected(self) -> bool:
+        """True when a lost connection is being replaced (``client/failover.py``): keep buffering."""
+        return False
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
@@ -159,7 +173,7 @@ class Producer:
         self, dest: str, value: bytes, key: bytes | str | None, headers: dict[str, Any] | None, ttl_ms: int
     ) -> tuple[_Batch, int]:
         # The per-record hot path of the whole pipeline: keep it lean.
-        if self.conn.closed:
+        if self.conn.closed and not self._buffers_while_disconnected():
             raise self.error or ConnectionError("producer connection closed")
         if value.__class__ is not bytes:
             value = value.encode() if isinstance(value, str) else bytes(value)
@@ -275,6 +289,17 @@ class Producer:
             exc = f.exception()
             if (
                 isinstance(exc, RemoteError)
+                and exc.code in MOVED
+                and self._movable
+                and loop.time() < deadline
+                and not self.conn.closed
+            ):
+                task = loop.create_task(self._move(frame, result, size, deadline))
+                self._moves.add(task)
+                task.add_done_callback(self._moves.discard)
+                return
+            if (
+                isinstance(exc, RemoteError)
                 and exc.code in RETRIABLE
                 and loop.time() + delay < deadline
                 and not self.conn.closed
@@ -286,6 +311,34 @@ class Producer:
             self._finish(frame, result, size, exc, f)
 
         fut.add_done_callback(done)
+
+    _movable = False  # an on-demand producer that did not name its partition
+    _move_lock: asyncio.Lock | None = None
+    _moves: set[asyncio.Task[None]] = set()  # strong references to running moves (shared, harmless)
+
+    async def _move(
+        self, frame: dict[str, Any], result: asyncio.Future[int], size: int, deadline: float
+    ) -> None:
+        """Issue 4: ask the CM for another on-demand partition (once for all the batches refused by
+        the old one), then resend the batch there under a new producer id and sequence."""
+        if self._move_lock is None:
+            self._move_lock = asyncio.Lock()
+        try:
+            async with self._move_lock:
+                if frame["p"] == self.partition:
+                    reply = await self.conn.request(
+                        {"t": FrameType.OPEN_PRODUCER, "ptype": str(PartitionType.ON_DEMAND)}
+                    )
+                    self.partition = reply["partition"]
+                    self.pid = int(reply.get("pid", -1))
+                    self._pepoch = 0
+                    self._seq = 0
+        except Exception as exc:
+            self._finish(frame, result, size, raise_remote(exc))
+            return
+        frame = dict(frame, p=self.partition, pid=self.pid, pep=self._pepoch, seq=self._seq)
+        self._seq += int(frame["n"])
+        self._attempt(frame, result, size, deadline, 0.05)
 
     def _finish(
         self,
@@ -302,6 +355,8 @@ class Producer:
             # Given up on a batch that may not be stored: later batches start a new producer epoch.
             self._pepoch += 1
             self._seq = 0
+        if exc is None and reply is not None and self.send_log is not None:
+            self.send_log.acked(frame)
         if result.done():
             return
         if exc is None and reply is not None:
@@ -369,3 +424,5 @@ class Producer:
         finally:
             self.conn.close()
             self._runner.cancel()
+            if self.send_log is not None:
+                self.send_log.close()

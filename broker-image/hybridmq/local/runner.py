@@ -1,8 +1,9 @@
-"""``LocalCluster``: 1 CM + N MMs as real subprocesses on loopback, with a static assignment file.
+"""``LocalCluster``: M CMs + N MMs as real subprocesses on loopback, with a static assignment file.
 
 Each MM leads ``fixed_per_mm`` fixed and ``on_demand_per_mm`` on-demand partitions (one replica, epoch
 0). The assignment file is what the processes' ``FileAssignmentSource`` watches, so a controller (issue
-4) can rewrite it. Tests use this class too: ``kill_mm`` (any signal, e.g. SIGKILL), ``start_mm``,
+4) can rewrite it. Tests use this class too: ``kill_mm`` / ``kill_cm`` (any signal, e.g. SIGKILL),
+``start_mm`` / ``start_cm``, ``cms=M`` (CMs ``cm-0`` .. ``cm-<M-1>``; ``bootstraps`` lists them all),
 ``stop`` (terminates and reaps every process it started, nothing else).
 """
 
@@ -34,6 +35,7 @@ class LocalCluster:
         directory: Path,
         *,
         mms: int = 1,
+        cms: int = 1,
         fixed_per_mm: int = 2,
         on_demand_per_mm: int = 2,
         cm_port: int | None = None,
@@ -46,8 +48,13 @@ class LocalCluster:
     ) -> None:
         self.dir = directory
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.cm_port = cm_port or free_port()
-        self.cm_http = free_port()
+        self.cm_names = [f"cm-{i}" for i in range(max(1, cms))]
+        self.cm_ports = {n: free_port() for n in self.cm_names}
+        if cm_port:
+            self.cm_ports["cm-0"] = cm_port
+        self.cm_https = {n: free_port() for n in self.cm_names}
+        self.cm_port = self.cm_ports["cm-0"]
+        self.cm_http = self.cm_https["cm-0"]
         self.fsync = fsync
         self.credentials = credentials
         self.acl = acl
@@ -59,11 +66,12 @@ class LocalCluster:
         self.mm_http = {n: free_port() for n in self.mm_names}
         brokers = [
             BrokerEntry(
-                name="cm-0",
+                name=c,
                 role=BrokerRole.CM,
-                address=f"127.0.0.1:{self.cm_port}",
-                http_address=f"127.0.0.1:{self.cm_http}",
+                address=f"127.0.0.1:{self.cm_ports[c]}",
+                http_address=f"127.0.0.1:{self.cm_https[c]}",
             )
+            for c in self.cm_names
         ]
         partitions = []
         for n in self.mm_names:
@@ -107,6 +115,11 @@ class LocalCluster:
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.cm_port}"
 
+    @property
+    def bootstraps(self) -> str:
+        """Every CM's address, comma-separated (a client bootstrap list)."""
+        return ",".join(f"127.0.0.1:{self.cm_ports[c]}" for c in self.cm_names)
+
     def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
         log = open(self.dir / f"{name}.log", "ab")  # noqa: SIM115 - handed to the child
         env = dict(os.environ, PYTHONUNBUFFERED="1")
@@ -145,15 +158,15 @@ class LocalCluster:
         )
         wait_port(self.mm_ports[name])
 
-    def start_cm(self) -> None:
+    def start_cm(self, name: str = "cm-0") -> None:
         args = [
             "cm",
             "--name",
-            "cm-0",
+            name,
             "--bind",
-            self.bootstrap,
+            f"127.0.0.1:{self.cm_ports[name]}",
             "--http-bind",
-            f"127.0.0.1:{self.cm_http}",
+            f"127.0.0.1:{self.cm_https[name]}",
             "--assignments",
             str(self.assignments),
             "--log-level",
@@ -164,37 +177,47 @@ class LocalCluster:
             args += ["--credentials", str(self.credentials)]
         if self.acl:
             args += ["--acl", str(self.acl)]
-        self._spawn("cm-0", args)
-        wait_port(self.cm_port)
+        self._spawn(name, args)
+        wait_port(self.cm_ports[name])
 
     def start(self) -> LocalCluster:
         for n in self.mm_names:
             self.start_mm(n)
-        self.start_cm()
+        for c in self.cm_names:
+            self.start_cm(c)
         self.wait_linked()
         return self
 
     def wait_linked(self, timeout: float = 20.0) -> None:
-        """Wait until the CM is connected to every running MM (its ``/admin`` says so)."""
+        """Wait until every running CM is connected to every running MM (its ``/admin`` says so)."""
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        pending = [c for c in self.cm_names if c in self.procs and self.procs[c].poll() is None]
+        while pending and time.monotonic() < deadline:
+            url = f"http://127.0.0.1:{self.cm_https[pending[0]]}/admin"
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.cm_http}/admin", timeout=2) as r:
+                with urllib.request.urlopen(url, timeout=2) as r:
                     links = json.loads(r.read())["mm_links"]
                 if all(
                     links.get(n) for n, p in self.procs.items() if n in self.mm_ports and p.poll() is None
                 ):
-                    return
+                    pending.pop(0)
+                    if not pending:
+                        return
+                    continue
             except (OSError, ValueError, KeyError):
                 pass
             time.sleep(0.05)
-        raise TimeoutError("the CM did not connect to every MM")
+        if pending:
+            raise TimeoutError(f"{pending[0]} did not connect to every MM")
 
     def kill_mm(self, name: str, sig: int = signal.SIGKILL) -> None:
         proc = self.procs[name]
         proc.send_signal(sig)
         if sig in (signal.SIGKILL, signal.SIGTERM):
             proc.wait(30)
+
+    def kill_cm(self, name: str, sig: int = signal.SIGKILL) -> None:
+        self.kill_mm(name, sig)
 
     def pid(self, name: str) -> int:
         return self.procs[name].pid

@@ -10,7 +10,9 @@ handled without decoding any record:
   with the partition epoch; the MM's PRODUCE_ACK goes back under the client's correlation id.
 * SUBSCRIBE (consume ACL) is sent to every MM under a CM-wide key ``<session>/<sub>``; the MMs push
   DELIVER frames which are relayed to the client; ACK/NACK go to the partition's primary.
-* ADMIN answers composite replies (one part per MM for ``mm-stats``); DIRECTORY the broker table.
+* ADMIN answers composite replies (one part per MM for ``mm-stats``); DIRECTORY the broker and
+  application tables of the whole cluster and, with ``next``, the CM an application should use
+  (``cm/directory.py``); MARKER appends a takeover marker to every partition (``cm/markers.py``).
 
 Back-pressure: the CM stops reading a client while the MM link it forwards to has a full write
 buffer; deliveries are bounded by the consumer windows the MMs enforce.
@@ -40,6 +42,15 @@ from hybridmq.api.frames import (
 )
 from hybridmq.broker.assignment_source import AssignmentSource
 from hybridmq.broker.auth import AclTable, CredentialStore
+from hybridmq.broker.cm import fetch_route
+from hybridmq.broker.cm.directory import (
+    Directory,
+    NoCMAvailable,
+    count_sessions,
+    http_peer_fetcher,
+    load_registrations,
+)
+from hybridmq.broker.cm.markers import publish_marker
 from hybridmq.broker.cm.mm_links import MMLink
 from hybridmq.broker.destinations.matching import MATCH_KINDS, make_matcher
 from hybridmq.broker.ids import IdGenerator
@@ -59,6 +70,7 @@ class CMConfig:
     port: int = 7000
     max_frame: int = 16 * 1024 * 1024
     cluster_token: str | None = None
+    directory_config: str | None = None  # static application registrations (cm/directory.py)
 
 
 @dataclass(eq=False)
@@ -100,6 +112,13 @@ class ConnectionManager:
         self.ready = False
         self.produced_batches = 0
         self.delivered_batches = 0
+        self.directory_service = Directory(
+            config.name,
+            source.brokers,
+            self._app_counts,
+            http_peer_fetcher(),
+            load_registrations(config.directory_config),
+        )
 
     # -- lifecycle -------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -226,6 +245,7 @@ class ConnectionManager:
             self.ids.next(), user, str(hello.get("id", "")), conn, str(hello.get("app") or user)
         )
         self.sessions[session.id] = session
+        self.directory_service.arrived(session.app)
         conn.send_nowait(
             {
                 "t": FrameType.HELLO_OK,
@@ -270,7 +290,13 @@ class ConnectionManager:
             elif t == FrameType.ADMIN:
                 return self._admin(session, frame)
             elif t == FrameType.DIRECTORY:
-                session.conn.reply(frame, {"t": FrameType.OK, **self.directory()})
+                return self._directory_request(session, frame)
+            elif t == FrameType.MARKER:
+                return self._marker(session, frame)
+            elif t == FrameType.FETCH:  # issue 7: read by offset (cm/fetch_route.py)
+                return fetch_route.fetch(self, session, frame)
+            elif t == FrameType.FETCH_META:
+                return fetch_route.fetch_meta(self, session, frame)
             elif t == FrameType.PING:
                 session.conn.reply(frame, {"t": FrameType.PONG})
             else:
@@ -439,15 +465,45 @@ class ConnectionManager:
             link.conn.send_nowait(frame)
 
     # -- admin / directory -----------------------------------------------------------------------
+    def _app_counts(self) -> dict[str, int]:
+        return count_sessions([s.app for s in self.sessions.values()])
+
     def directory(self) -> dict[str, Any]:
-        apps: dict[str, int] = {}
-        for s in self.sessions.values():
-            apps[s.app] = apps.get(s.app, 0) + 1
         return {
-            "applications": {self.config.name: apps},
-            "brokers": [b.model_dump(mode="json") for b in self.source.brokers().values()],
+            "applications": self.directory_service.counts(),
+            "brokers": self.directory_service.broker_table(),
             "partitions": [p.model_dump(mode="json") for p in self.source.partitions().values()],
         }
+
+    async def _directory_request(self, session: Session, frame: dict[str, Any]) -> None:
+        """DIRECTORY: the cluster-wide tables; with ``next`` = app, also the CM it should use."""
+        await self.directory_service.refresh()
+        reply: dict[str, Any] = {"t": FrameType.OK}
+        app = frame.get("next")
+        if app is not None:
+            try:
+                chosen = await self.directory_service.next_cm(str(app))
+            except NoCMAvailable as exc:
+                session.conn.reply_error(frame, ErrorCode.MM_UNAVAILABLE, str(exc))
+                return
+            reply["next"] = chosen.model_dump(mode="json")
+        reply.update(self.directory())
+        session.conn.reply(frame, reply)
+
+    async def _marker(self, session: Session, frame: dict[str, Any]) -> None:
+        """MARKER: append a takeover marker to every writable partition (cm/markers.py)."""
+        dest = canonical(str(frame["d"]))
+        if is_reserved(dest) or not dest.startswith("topic:"):
+            session.conn.reply_error(frame, ErrorCode.INVALID_DESTINATION, f"markers go to topics: {dest!r}")
+            return
+        if not self.acl.allowed(session.user, "produce", dest):
+            session.conn.reply_error(frame, ErrorCode.ACL_DENIED, f"user {session.user!r} may not produce")
+            return
+        value = frame.get("v") or b""
+        ok, failed = await publish_marker(
+            self.source, self.links, dest, str(frame["id"]), value if isinstance(value, bytes) else b""
+        )
+        session.conn.reply(frame, {"t": FrameType.OK, "partitions": ok, "failed": failed})
 
     def stats(self) -> dict[str, Any]:
         return {
@@ -458,6 +514,7 @@ class ConnectionManager:
             "produced_batches": self.produced_batches,
             "delivered_batches": self.delivered_batches,
             "mm_links": {n: self._link_up(n) for n in self.links},
+            "applications": self._app_counts(),
         }
 
     async def _admin(self, session: Session, frame: dict[str, Any]) -> None:

@@ -1,0 +1,161 @@
+"""FETCH / FETCH_META on the CM: read a partition by offset through the partition's primary MM.
+
+Clients only know CMs, so reads by offset (issue 7: the PySpark data source, the audit) go through
+one like everything else:
+
+* FETCH ``{c, p, o, e?, mb?, i?}`` is forwarded to the primary MM of ``p`` with the partition epoch
+  (``pe``); the MM answers from its log (``broker/mm/fetch_handler.py``). Errors come back under the
+  client's correlation id with their details (OFFSET_OUT_OF_RANGE carries ``start`` and ``hw``); a
+  partition that is not in the assignment table (an on-demand partition that was garbage
+  collected) is UNKNOWN_PARTITION, a primary the CM has no link to is MM_UNAVAILABLE.
+* The session sees only what it may consume: a batch of a destination its consume ACL denies, or
+  of an internal ``_`` destination (unless ``i`` asks for ``topic:_LOG`` / ``queue:_DMQ``), is
+  replaced by a stub ``{o, n, ctl: true, skip: "acl" | "internal"}`` that keeps the offsets
+  contiguous without its content.
+* FETCH_META ``{c, p?}`` lists partitions from the assignment table with each one's log start,
+  high watermark and log end as its primary MM reports them (``err`` names why they are missing).
+
+A FETCH is answered before the session's next frame is read (the handler is awaited), which bounds
+what one reading client can make the CM buffer to one reply.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+from hybridmq.api.frames import (
+    DMQ_DESTINATION,
+    LOG_DESTINATION,
+    ErrorCode,
+    FrameType,
+    error_frame,
+    is_reserved,
+)
+from hybridmq.broker.protocol import RemoteError
+
+if TYPE_CHECKING:
+    from hybridmq.broker.cm.server import ConnectionManager, Session
+
+READABLE_INTERNAL = (DMQ_DESTINATION, LOG_DESTINATION)
+MM_TIMEOUT_S = 30.0
+META_TIMEOUT_S = 10.0
+
+
+def _link_conn(cm: ConnectionManager, mm: str | None) -> Any:
+    link = cm.links.get(mm or "")
+    if link is None or link.conn is None or link.conn.closed:
+        return None
+    return link.conn
+
+
+async def fetch(cm: ConnectionManager, session: Session, frame: dict[str, Any]) -> None:
+    try:
+        await _fetch(cm, session, frame)
+    except (KeyError, ValueError, TypeError) as exc:
+        session.conn.reply_error(frame, ErrorCode.INVALID_REQUEST, f"bad fetch: {exc!r}")
+
+
+async def fetch_meta(cm: ConnectionManager, session: Session, frame: dict[str, Any]) -> None:
+    try:
+        await _fetch_meta(cm, session, frame)
+    except (KeyError, ValueError, TypeError) as exc:
+        session.conn.reply_error(frame, ErrorCode.INVALID_REQUEST, f"bad fetch_meta: {exc!r}")
+
+
+async def _fetch(cm: ConnectionManager, session: Session, frame: dict[str, Any]) -> None:
+    name = str(frame["p"])
+    a = cm.source.partitions().get(name)
+    if a is None:
+        session.conn.reply_error(frame, ErrorCode.UNKNOWN_PARTITION, f"no partition {name!r}")
+        return
+    conn = _link_conn(cm, a.primary)
+    if conn is None:
+        session.conn.reply_error(frame, ErrorCode.MM_UNAVAILABLE, f"primary of {name} unavailable")
+        return
+    request: dict[str, Any] = {"t": FrameType.FETCH, "p": name, "o": int(frame["o"]), "pe": a.epoch}
+    if frame.get("e") is not None:
+        request["e"] = int(frame["e"])
+    if frame.get("mb") is not None:
+        request["mb"] = int(frame["mb"])
+    try:
+        reply = await conn.request(request, timeout=MM_TIMEOUT_S)
+    except RemoteError as exc:
+        err = error_frame(ErrorCode(exc.code), exc.msg, frame.get("c"))
+        for key in ("start", "hw"):
+            if key in exc.details:
+                err[key] = exc.details[key]
+        if not session.conn.closed:
+            session.conn.send_nowait(err)
+        return
+    except Exception as exc:  # the link went away or the MM did not answer in time
+        session.conn.reply_error(frame, ErrorCode.MM_UNAVAILABLE, f"primary of {name}: {exc!r}")
+        return
+    reply["batches"] = visible_batches(cm, session.user, reply.get("batches") or [], bool(frame.get("i")))
+    reply.pop("c", None)
+    session.conn.reply(frame, reply)
+    await session.conn.drain()
+
+
+def visible_batches(
+    cm: ConnectionManager, user: str, batches: list[dict[str, Any]], internal: bool
+) -> list[dict[str, Any]]:
+    """Replace the batches this user may not see by stubs that keep only ``o`` and ``n``."""
+    verdicts: dict[str, str | None] = {}
+    out = []
+    for batch in batches:
+        if batch.get("ctl"):
+            out.append(batch)
+            continue
+        dest = str(batch.get("d", ""))
+        if dest not in verdicts:
+            reason: str | None = None
+            if is_reserved(dest) and not (internal and dest in READABLE_INTERNAL):
+                reason = "internal"
+            elif not cm.acl.allowed(user, "consume", dest):
+                reason = "acl"
+            verdicts[dest] = reason
+        reason = verdicts[dest]
+        if reason is None:
+            out.append(batch)
+        else:
+            out.append({"o": batch["o"], "n": batch["n"], "ctl": True, "skip": reason})
+    return out
+
+
+async def _fetch_meta(cm: ConnectionManager, session: Session, frame: dict[str, Any]) -> None:
+    table = cm.source.partitions()
+    names = frame.get("p")
+    chosen = [table[n] for n in names if n in table] if names is not None else list(table.values())
+    by_mm: dict[str, list[str]] = {}
+    for a in chosen:
+        by_mm.setdefault(a.primary or "", []).append(a.name)
+
+    async def ask(mm: str, wanted: list[str]) -> tuple[str, dict[str, Any] | str]:
+        conn = _link_conn(cm, mm)
+        if conn is None:
+            return mm, ErrorCode.MM_UNAVAILABLE.name
+        try:
+            reply = await conn.request({"t": FrameType.FETCH_META, "p": wanted}, timeout=META_TIMEOUT_S)
+        except Exception:
+            return mm, ErrorCode.MM_UNAVAILABLE.name
+        return mm, dict(reply.get("partitions") or {})
+
+    answers = dict(await asyncio.gather(*(ask(mm, wanted) for mm, wanted in by_mm.items())))
+    partitions = []
+    for a in sorted(chosen, key=lambda p: p.name):
+        entry: dict[str, Any] = {
+            "name": a.name,
+            "type": str(a.type),
+            "primary": a.primary,
+            "epoch": a.epoch,
+            "writable": a.writable,
+        }
+        answer = answers.get(a.primary or "")
+        if isinstance(answer, dict) and a.name in answer:
+            meta = answer[a.name]
+            entry.update(start=meta["start"], hw=meta["hw"], end=meta["end"])
+        else:
+            entry["err"] = answer if isinstance(answer, str) else ErrorCode.NOT_PRIMARY.name
+        partitions.append(entry)
+    session.conn.reply(frame, {"t": FrameType.OK, "partitions": partitions})

@@ -1,0 +1,321 @@
+"""The broker-only controller of ``hybridmq local``: liveness by heartbeat, the operator's planner.
+
+It plays the operator's part without Kubernetes (DESIGN.md §4): each MM heartbeats to it (the
+equivalent of renewing its Lease, with the same report as the ``hybridmq.io/report`` annotation);
+an MM whose heartbeat lapsed for ``lease_s`` (or that came back as a new process) is lost; then the
+operator's pure planner (``plan_assignments``) fails its partitions over and the new table is pushed
+to every MM and CM, which long-poll it.
+
+HTTP API (aiohttp, loopback only; JSON bodies):
+
+* ``POST /heartbeat`` ``{name, incarnation, report}`` (report: an ``MMReport``) ->
+  ``{version, lease_s}``. ``version`` is the table version the MM must have applied before it may
+  consider its lease valid (a primary that was stopped learns it is stale before it writes again).
+* ``GET /assignments?after=V&wait=S`` -> ``{version, brokers, partitions}`` as soon as the table
+  version exceeds ``V`` (or after ``S`` seconds). The format is ``StaticAssignmentSource``'s JSON.
+* ``POST /kill/{mm}?signal=KILL|STOP|CONT|TERM`` and ``POST /start/{mm}``: through the callbacks of
+  whoever owns the processes (``LocalCluster``).
+* ``GET /state``: liveness, reports, the table and the last planner events.
+
+The controller runs its own event loop in a daemon thread (``start``/``stop``), so a synchronous
+owner (tests, the ``hybridmq local`` command) can use it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from aiohttp import web
+
+from hybridmq.api.assignment import BrokerEntry, PartitionAssignment, PartitionState
+from hybridmq.api.lease_report import MMReport
+from hybridmq.api.resources import BrokerClusterSpec
+from hybridmq_operator.planner import ReplicaReport, plan_assignments
+
+LOG = logging.getLogger(__name__)
+
+ProcessAction = Callable[[str, str], None]
+
+
+def replica_reports(
+    assignments: Sequence[PartitionAssignment], reports: Mapping[str, MMReport]
+) -> dict[str, ReplicaReport]:
+    """The planner's per-partition reports from the MMs' own reports (as the operator's observe)."""
+    out: dict[str, ReplicaReport] = {}
+    for a in assignments:
+        if a.primary is None or a.primary not in reports:
+            continue
+        own = reports[a.primary].partitions.get(a.name)
+        if own is None or own.role != "primary":
+            continue
+        offsets = {
+            mm: r.partitions[a.name].log_end_offset for mm, r in reports.items() if a.name in r.partitions
+        }
+        out[a.name] = ReplicaReport(
+            reporter=a.primary,
+            epoch=own.epoch,
+            in_sync=tuple(own.in_sync),
+            log_end_offsets=offsets,
+            log_end_offset=own.log_end_offset,
+            committed_offset=own.committed_offset,
+            backlog=own.backlog,
+            producers=own.producers,
+        )
+    return out
+
+
+class LocalController:
+    def __init__(
+        self,
+        mm_names: Sequence[str],
+        brokers: Sequence[BrokerEntry],
+        *,
+        spec: BrokerClusterSpec | None = None,
+        lease_s: float = 1.0,
+        startup_grace_s: float = 20.0,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        on_signal: ProcessAction | None = None,
+        on_start: Callable[[str], None] | None = None,
+    ) -> None:
+        self.mm_names = list(mm_names)
+        self.brokers = list(brokers)
+        self.spec = spec or BrokerClusterSpec()
+        self.lease_s = lease_s
+        self.host = host
+        self.port = port
+        self.on_signal = on_signal
+        self.on_start = on_start
+        self.version = 1
+        self.assignments: tuple[PartitionAssignment, ...] = plan_assignments(
+            [], self.mm_names, spec=self.spec
+        ).assignments
+        self.reports: dict[str, MMReport] = {}
+        self.last_seen: dict[str, float] = {}
+        self.incarnations: dict[str, str] = {}
+        self.restarted: set[str] = set()
+        self.live: frozenset[str] = frozenset(self.mm_names)
+        self.events: list[dict[str, Any]] = []
+        self.failovers: list[dict[str, Any]] = []
+        self._grace_until = time.monotonic() + startup_grace_s
+        self._dirty = False
+        self._last_plan = 0.0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._changed: asyncio.Event | None = None
+        self._runner: web.AppRunner | None = None
+        self._ready = threading.Event()
+        self._stop: asyncio.Event | None = None
+
+    # -- lifecycle (owner thread) ------------------------------------------------------------------
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def start(self) -> LocalController:
+        self._thread = threading.Thread(target=self._thread_main, name="hybridmq-controller", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(20):
+            raise TimeoutError("the local controller did not start")
+        return self
+
+    def stop(self) -> None:
+        if self._loop is not None and self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+        if self._thread is not None:
+            self._thread.join(10)
+
+    def call(self, fn: Callable[[], Any]) -> Any:
+        """Run ``fn`` on the controller's loop and return its result (from another thread)."""
+        assert self._loop is not None
+
+        async def run() -> Any:
+            return fn()
+
+        return asyncio.run_coroutine_threadsafe(run(), self._loop).result(10)
+
+    def snapshot(self) -> dict[str, Any]:
+        return dict(self.call(self.state))
+
+    def _thread_main(self) -> None:
+        asyncio.run(self._main())
+
+    async def _main(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._changed = asyncio.Event()
+        self._stop = asyncio.Event()
+        app = web.Application()
+        app.add_routes(
+            [
+                web.post("/heartbeat", self._h_heartbeat),
+                web.get("/assignments", self._h_assignments),
+                web.get("/state", self._h_state),
+                web.post("/kill/{name}", self._h_kill),
+                web.post("/start/{name}", self._h_start),
+            ]
+        )
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port)
+        await site.start()
+        server = getattr(site, "_server", None)
+        if server is not None and server.sockets:
+            self.port = int(server.sockets[0].getsockname()[1])
+        self._ready.set()
+        ticker = asyncio.create_task(self._ticker())
+        await self._stop.wait()
+        ticker.cancel()
+        await self._runner.cleanup()
+
+    # -- liveness and planning ---------------------------------------------------------------------
+    async def _ticker(self) -> None:
+        while True:
+            await asyncio.sleep(0.05)
+            try:
+                self.tick()
+            except Exception:
+                LOG.exception("controller tick failed")
+
+    def _alive(self, name: str, now: float) -> bool:
+        if name in self.restarted:
+            return False
+        seen = self.last_seen.get(name)
+        if seen is None:
+            return now < self._grace_until
+        return now - seen <= self.lease_s
+
+    def tick(self) -> None:
+        now = time.monotonic()
+        live = frozenset(m for m in self.mm_names if self._alive(m, now))
+        urgent = live != self.live or self._urgent()
+        if live != self.live:
+            for m in sorted(self.live - live):
+                self._event("MessageManagerLost", f"{m}: heartbeat lapsed or process restarted")
+            for m in sorted(live - self.live):
+                self._event("MessageManagerBack", f"{m} heartbeats again")
+        self.live = live
+        if urgent or (self._dirty and now - self._last_plan >= 0.25):
+            self.replan(now)
+        self.restarted.clear()
+
+    def _urgent(self) -> bool:
+        """A primary proposes a different in-sync set, or a draining partition is empty."""
+        for a in self.assignments:
+            own = self.reports.get(a.primary or "")
+            rep = own.partitions.get(a.name) if own is not None else None
+            if rep is None or rep.role != "primary" or rep.epoch != a.epoch:
+                continue
+            if set(rep.in_sync) != set(a.in_sync):
+                return True
+            if a.state == PartitionState.DRAINING and rep.backlog == 0 and self._dirty:
+                return True
+        return False
+
+    def replan(self, now: float | None = None) -> None:
+        self._last_plan = now if now is not None else time.monotonic()
+        self._dirty = False
+        live_reports = {m: r for m, r in self.reports.items() if m in self.live}
+        result = plan_assignments(
+            self.assignments,
+            self.live,
+            spec=self.spec,
+            reports=replica_reports(self.assignments, live_reports),
+        )
+        for change in result.plan.changes:
+            for ev in getattr(change, "events", ()) or ():
+                self._event(ev.reason, ev.message)
+                if ev.reason == "FailedOver":
+                    self.failovers.append({"time": time.time(), "message": ev.message})
+        if result.assignments != self.assignments:
+            self.assignments = result.assignments
+            self.version += 1
+            LOG.debug(
+                "assignments v%d: %s", self.version, [a.model_dump(mode="json") for a in self.assignments]
+            )
+            if self._changed is not None:
+                self._changed.set()
+                self._changed = asyncio.Event()
+
+    def _event(self, reason: str, message: str) -> None:
+        LOG.info("%s: %s", reason, message)
+        self.events.append({"time": time.time(), "reason": reason, "message": message})
+        del self.events[:-200]
+
+    def table(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "brokers": [b.model_dump(mode="json") for b in self.brokers],
+            "partitions": [a.model_dump(mode="json") for a in self.assignments],
+        }
+
+    def state(self) -> dict[str, Any]:
+        now = time.monotonic()
+        return {
+            **self.table(),
+            "live": sorted(self.live),
+            "last_seen_s": {m: round(now - t, 3) for m, t in self.last_seen.items()},
+            "reports": {m: r.model_dump(mode="json") for m, r in self.reports.items()},
+            "events": self.events[-50:],
+            "failovers": self.failovers,
+        }
+
+    def heartbeat(self, name: str, incarnation: str, report: MMReport | None) -> dict[str, Any]:
+        if name not in self.mm_names:
+            raise web.HTTPNotFound(text=f"unknown message manager {name!r}")
+        known = self.incarnations.get(name)
+        if known is not None and known != incarnation:
+            # A new process behind the same name: what the old one held in memory is gone.
+            self.restarted.add(name)
+            self.reports.pop(name, None)
+        self.incarnations[name] = incarnation
+        self.last_seen[name] = time.monotonic()
+        if report is not None:
+            old = self.reports.get(name)
+            if old is None or old != report:
+                self._dirty = True
+            self.reports[name] = report
+        return {"version": self.version, "lease_s": self.lease_s}
+
+    # -- HTTP handlers -----------------------------------------------------------------------------
+    async def _h_heartbeat(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        report = MMReport.model_validate(body["report"]) if body.get("report") is not None else None
+        name = str(body["name"])
+        reply = self.heartbeat(name, str(body.get("incarnation", "")), report)
+        reply["restarted"] = name in self.restarted
+        if reply["restarted"]:
+            self.tick()  # fail the old incarnation over at once
+        return web.json_response(reply)
+
+    async def _h_assignments(self, request: web.Request) -> web.Response:
+        after = int(request.query.get("after", "0"))
+        wait = min(float(request.query.get("wait", "0")), 30.0)
+        if self.version <= after and wait > 0 and self._changed is not None:
+            try:
+                await asyncio.wait_for(self._changed.wait(), wait)
+            except TimeoutError:
+                pass
+        return web.json_response(self.table())
+
+    async def _h_state(self, request: web.Request) -> web.Response:
+        return web.json_response(self.state())
+
+    async def _h_kill(self, request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        sig = request.query.get("signal", "KILL").upper()
+        if self.on_signal is None or name not in self.mm_names:
+            raise web.HTTPNotFound(text=f"cannot signal {name!r}")
+        await asyncio.get_running_loop().run_in_executor(None, self.on_signal, name, sig)
+        return web.json_response({"name": name, "signal": sig})
+
+    async def _h_start(self, request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        if self.on_start is None or name not in self.mm_names:
+            raise web.HTTPNotFound(text=f"cannot start {name!r}")
+        await asyncio.get_running_loop().run_in_executor(None, self.on_start, name)
+        return web.json_response({"name": name, "started": True})

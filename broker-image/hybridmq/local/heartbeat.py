@@ -1,0 +1,101 @@
+"""The MM's heartbeat to the local controller: broker-only mode's equivalent of renewing a Lease.
+
+Every ``interval_s`` the MM posts its name, a per-process incarnation id and its report (an
+``MMReport``: the same figures as the Lease annotation in Kubernetes). The lease is *valid* while
+``start of the last successful heartbeat + lease_s`` has not passed on the MM's monotonic clock (so
+it ends no later than the controller's view of it) **and** the MM has applied the assignment
+version the controller named in its reply (a primary that was frozen, e.g. SIGSTOP, learns of the
+newer epoch before it may write again). ``trigger()`` sends one at once (an in-sync change).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import aiohttp
+
+from hybridmq.local.source import ControllerSource
+
+LOG = logging.getLogger(__name__)
+
+
+class Heartbeat:
+    def __init__(
+        self,
+        url: str,
+        name: str,
+        report: Callable[[], dict[str, Any]],
+        source: ControllerSource | None = None,
+        *,
+        interval_s: float = 0.2,
+        lease_s: float = 1.0,
+    ) -> None:
+        self.url = url.rstrip("/")
+        self.name = name
+        self.report = report
+        self.source = source
+        self.interval_s = interval_s
+        self.lease_s = lease_s
+        self.incarnation = uuid.uuid4().hex
+        self.deadline = float("-inf")
+        self.required_version = 0
+        self.sent = 0
+        self.failures = 0
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._session: aiohttp.ClientSession | None = None
+
+    def valid(self) -> bool:
+        if time.monotonic() >= self.deadline:
+            return False
+        return self.source is None or self.source.version >= self.required_version
+
+    def remaining_s(self) -> float:
+        return max(0.0, self.deadline - time.monotonic())
+
+    def trigger(self) -> None:
+        self._wake.set()
+
+    async def start(self) -> None:
+        self._session = aiohttp.ClientSession()
+        await self.beat()
+        self._task = asyncio.create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+        if self._session is not None:
+            await self._session.close()
+
+    async def beat(self) -> bool:
+        assert self._session is not None
+        started = time.monotonic()
+        body = {"name": self.name, "incarnation": self.incarnation, "report": self.report()}
+        try:
+            timeout = aiohttp.ClientTimeout(total=max(self.lease_s / 2, 0.2))
+            async with self._session.post(f"{self.url}/heartbeat", json=body, timeout=timeout) as resp:
+                resp.raise_for_status()
+                reply = await resp.json()
+        except Exception as exc:
+            self.failures += 1
+            LOG.debug("heartbeat failed: %s", exc)
+            return False
+        self.sent += 1
+        self.lease_s = float(reply.get("lease_s", self.lease_s))
+        self.required_version = max(self.required_version, int(reply.get("version", 0)))
+        self.deadline = max(self.deadline, started + self.lease_s)
+        return True
+
+    async def _run(self) -> None:
+        while True:
+            self._wake.clear()
+            try:
+                await asyncio.wait_for(self._wake.wait(), self.interval_s)
+            except TimeoutError:
+                pass
+            await self.beat()

@@ -1,0 +1,29 @@
+"""Builds the broker processes of a controller-managed local cluster (``--controller URL``).
+
+The MM is a ``ReplicatedMessageManager`` whose assignments come from the controller
+(``ControllerSource``) and whose lease is the controller heartbeat; the CM is a
+``FailoverConnectionManager`` on the same source.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hybridmq.broker.cm.failover import FailoverConnectionManager
+from hybridmq.broker.mm.replicated import ReplicatedMessageManager
+from hybridmq.broker.mm.server import MMConfig
+from hybridmq.local.heartbeat import Heartbeat
+from hybridmq.local.source import ControllerSource
+
+
+def controller_mm(config: MMConfig, url: str, **options: Any) -> ReplicatedMessageManager:
+    source = ControllerSource(url)
+    mm = ReplicatedMessageManager(config, source, **options)
+    heartbeat = Heartbeat(url, config.name, mm.replica_manager.report, source)
+    mm.liveness = heartbeat
+    mm.replica_manager.liveness = heartbeat
+    return mm
+
+
+def controller_cm(config: Any, url: str, *args: Any) -> FailoverConnectionManager:
+    return FailoverConnectionManager(config, ControllerSource(url), *args)

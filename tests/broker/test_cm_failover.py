@@ -1,0 +1,137 @@
+"""Killing a CM under load: its clients move to another CM within 2 s; no acked loss, no duplicate."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from hybridmq.client.directory import make_strategy
+from hybridmq.client.failover import FailoverConsumer, FailoverProducer
+from hybridmq.client.message import Ack, Message
+from hybridmq.local.runner import LocalCluster
+
+TOPIC = "topic:fo.load"
+PRODUCERS = 3
+PER_PRODUCER = 1500
+
+
+@pytest.fixture(scope="module")
+def cms3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    c = LocalCluster(tmp_path_factory.mktemp("cmfo"), mms=2, cms=3, fixed_per_mm=1, on_demand_per_mm=1)
+    with c:
+        yield c
+
+
+async def produce(p: FailoverProducer, i: int, acks: list[Ack], stop_at: int) -> None:
+    futs = []
+    for j in range(stop_at):
+        futs.append(asyncio.ensure_future(p.send(TOPIC, f"{i}-{j}".encode(), key=f"p{i}")))
+        if j % 25 == 24:
+            await asyncio.sleep(0.02)
+    acks.extend(await asyncio.gather(*futs))
+
+
+async def collect(c: FailoverConsumer, out: list[str], expected: int, timeout_s: float, slow: bool) -> None:
+    deadline = time.monotonic() + timeout_s
+    while len(out) < expected and time.monotonic() < deadline:
+        try:
+            m = await c.receive(timeout=0.5)
+        except TimeoutError:
+            continue
+        assert isinstance(m, Message)
+        out.append(m.value.decode())
+        if slow and len(out) % 50 == 0:
+            await asyncio.sleep(0.03)  # lags behind: deliveries in flight when its CM dies
+
+
+async def wait_moved(client: FailoverProducer | FailoverConsumer, dead: str, t0: float) -> float:
+    while client.node == dead or client.reconnects == 0:
+        await asyncio.sleep(0.005)
+        assert time.monotonic() - t0 < 10, "client never reconnected"
+    return time.monotonic() - t0
+
+
+async def test_kill_cm_under_load(cms3: LocalCluster) -> None:
+    # one de-centralized strategy for the process: clients go round-robin over the 3 CMs
+    rr = make_strategy(cms3.bootstraps, "round-robin")
+    consumers = [
+        await FailoverConsumer.open(cms3.bootstraps, TOPIC, durable=f"fo-{k}", strategy=rr) for k in range(3)
+    ]
+    producers = [
+        await FailoverProducer.open(cms3.bootstraps, strategy=rr, partition_type="fixed", key=f"p{i}")
+        for i in range(PRODUCERS)
+    ]
+    clients: list[FailoverProducer | FailoverConsumer] = [*consumers, *producers]
+    victim = consumers[0].node
+    on_victim = [c for c in clients if c.node == victim]
+    assert {type(c) for c in on_victim} == {FailoverProducer, FailoverConsumer}
+    total = PRODUCERS * PER_PRODUCER
+    received: list[list[str]] = [[] for _ in consumers]
+    readers = [
+        asyncio.ensure_future(collect(c, out, total, 60, slow=k == 0))
+        for k, (c, out) in enumerate(zip(consumers, received, strict=True))
+    ]
+    acks: list[Ack] = []
+    writers = [asyncio.ensure_future(produce(p, i, acks, PER_PRODUCER)) for i, p in enumerate(producers)]
+    await asyncio.sleep(0.6)
+    cms3.kill_cm(victim)
+    t0 = time.monotonic()
+    moved = await asyncio.gather(*(wait_moved(c, victim, t0) for c in on_victim))
+    print(f"CM {victim} killed: {len(on_victim)} clients moved in {[round(m, 3) for m in moved]} s")
+    assert max(moved) < 2.0
+    await asyncio.gather(*writers)
+    await asyncio.gather(*readers)
+    assert len(acks) == total  # every send acknowledged
+    expected = sorted(f"{i}-{j}" for i in range(PRODUCERS) for j in range(PER_PRODUCER))
+    for got in received:
+        assert len(got) == len(set(got)), "duplicates delivered to the application"
+        assert sorted(got) == expected, f"lost {len(set(expected) - set(got))}"
+        for i in range(PRODUCERS):  # per-producer order holds across the failover
+            mine = [int(v.split("-")[1]) for v in got if v.startswith(f"{i}-")]
+            assert mine == sorted(mine)
+    dropped = [c.duplicates_dropped for c in consumers]
+    resent = [p.resent for p in producers]
+    print(f"duplicates dropped by the consumers: {dropped}; batches resent by the producers: {resent}")
+    for p in producers:
+        await p.close()
+    for c in consumers:
+        await c.close()
+    assert all(c.node != victim for c in clients)
+
+
+async def test_hung_cm_is_left_by_keepalive(cms3: LocalCluster) -> None:
+    """A stopped CM (SIGSTOP: sockets stay open) is detected by the keepalive PING and left."""
+    rr = make_strategy(cms3.bootstraps, "round-robin")
+    opts = {"strategy": rr, "keepalive_s": 0.3, "keepalive_timeout_s": 1.0}
+    consumer = await FailoverConsumer.open(cms3.bootstraps, "topic:fo.hung", durable="hung", **opts)  # type: ignore[arg-type]
+    producer = await FailoverProducer.open(cms3.bootstraps, partition_type="fixed", key="h", **opts)
+    victim = consumer.node
+    got: list[str] = []
+    reader = asyncio.ensure_future(collect(consumer, got, 400, 30, slow=False))
+    writer = asyncio.ensure_future(produce_n(producer, 400))
+    await asyncio.sleep(0.5)
+    cms3.kill_cm(victim, signal.SIGSTOP)
+    t0 = time.monotonic()
+    try:
+        moved = await wait_moved(consumer, victim, t0)
+        print(f"CM {victim} stopped: consumer moved after {moved:.2f} s")
+        assert moved < 5.0  # 0.3 s PING period + 1 s PING timeout + reconnect, on a loaded box
+        await writer
+        await reader
+    finally:
+        cms3.kill_cm(victim, signal.SIGCONT)
+    assert sorted(got) == sorted(f"h-{j}" for j in range(400)) and len(got) == len(set(got))
+    await producer.close()
+    await consumer.close()
+
+
+async def produce_n(p: FailoverProducer, n: int) -> None:
+    futs = []
+    for j in range(n):
+        futs.append(asyncio.ensure_future(p.send("topic:fo.hung", f"h-{j}".encode(), key="h")))
+        await asyncio.sleep(0.005)
+    await asyncio.gather(*futs)
