@@ -70,7 +70,7 @@ cluster-down: $(STAMP)
 	$(PY) -m localcluster down --dir .localcluster
 
 demo: setup
-	$(PY) -m localcluster.demo
+	$(PY) -m hybridmq_demo
 
 bench: $(STAMP)
 	$(PY) bench/throughput.py

@@ -10,16 +10,10 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-import hybridmq.client as client
 from hybridmq.client import BlockingProducer
 from hybridmq.spark.live import LiveClusterSource
 
 pytestmark = pytest.mark.spark
-
-needs_fetch = pytest.mark.skipif(
-    not hasattr(client, "Fetcher"),
-    reason="hybridmq.client has no Fetcher (fetch by partition and offset range): see hybridmq.spark.live",
-)
 
 
 def free_port() -> int:
@@ -77,7 +71,6 @@ def test_lists_partitions_with_their_ends(cluster: str) -> None:
     assert after[fixed].end == before[fixed].end + 7
 
 
-@needs_fetch
 def test_batch_and_streaming_reads(spark: SparkSession, cluster: str, tmp_path: Path) -> None:
     fixed = produce(cluster, 20, partition_type="fixed", key="k-read")
     ondemand = produce(cluster, 10)

@@ -4,9 +4,9 @@ Listing works with today's client: ``hybridmq.client.admin`` ``directory`` (part
 types, through any CM) and ``mm-stats`` (each MM's ``end_offset`` per partition; the primary's is
 used; the log start is taken as 0 because no command reports it yet).
 
-Reading an offset range needs a fetch-by-offset client API that the client does not offer yet. This
-module is written against the following shape and uses it as soon as ``hybridmq.client`` exports it
-(duck-typed; see the report of issue 7 for the frames behind it)::
+Reading an offset range uses the fetch-by-offset client API, ``hybridmq.client.Fetcher``
+(``client/fetcher.py``; FETCH / FETCH_META frames through a CM). It is duck-typed to this shape
+(the admin listing above is the fallback when ``hybridmq.client`` has no ``Fetcher``)::
 
     fetcher = await hybridmq.client.Fetcher.connect(bootstrap, user=..., password=...)
     await fetcher.partitions() -> list of objects/dicts with
@@ -36,7 +36,7 @@ from hybridmq.spark.source import DataLossError, PartitionGoneError, PartitionIn
 
 FETCH_BYTES = 4 * 1024 * 1024
 UNKNOWN_PARTITION = 20  # hybridmq.api.frames.ErrorCode.UNKNOWN_PARTITION
-OFFSET_OUT_OF_RANGE = 27  # proposed code: not in ErrorCode yet
+OFFSET_OUT_OF_RANGE = 27  # hybridmq.api.frames.ErrorCode.OFFSET_OUT_OF_RANGE
 
 
 class FetchUnsupportedError(NotImplementedError):
@@ -180,9 +180,9 @@ class LiveClusterSource:
         count = int(_get(batch, "count"))
         if _get(batch, "control", False):
             return max(offset, base + count)
-        pid = str(_get(batch, "producer_id"))
+        pid = _get(batch, "producer_id")
         pep = int(_get(batch, "producer_epoch", 0) or 0)
-        producer = pid if pep == 0 else f"{pid}.{pep}"
+        producer = None if pid is None else str(pid) if pep in (0, -1) else f"{pid}.{pep}"
         base_seq = int(_get(batch, "base_sequence", -1))
         destination = _get(batch, "destination")
         for i, record in enumerate(_get(batch, "records", [])):

@@ -19,6 +19,7 @@ from hybridmq.broker.assignment_source import AssignmentSource
 from hybridmq.broker.destinations.delivery import ConsumerLink
 from hybridmq.broker.log.config import LogConfig
 from hybridmq.broker.log_events import LogEventBuffer
+from hybridmq.broker.mm import fetch_handler
 from hybridmq.broker.mm.partition import PartitionHost
 from hybridmq.broker.mm.storage import PartitionStorage
 from hybridmq.broker.protocol import Connection, ProtocolError, read_frame
@@ -237,6 +238,8 @@ class MessageManager:
                 self.wake()
             elif t == FrameType.PING:
                 conn.reply(frame, {"t": FrameType.PONG})
+            elif t in (FrameType.FETCH, FrameType.FETCH_META):  # issue 7: read by offset
+                fetch_handler.handle(self, conn, frame)
             elif t == FrameType.ADMIN:
                 conn.reply(frame, {"t": FrameType.ADMIN_PART, "i": 0, "of": 1, "data": self.stats()})
             else:

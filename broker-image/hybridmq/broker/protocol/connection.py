@@ -28,10 +28,11 @@ HIGH_WATER = 4 * 1024 * 1024
 class RemoteError(Exception):
     """The peer answered a request (or the handshake) with an ERROR frame."""
 
-    def __init__(self, code: int, msg: str) -> None:
+    def __init__(self, code: int, msg: str, details: dict[str, Any] | None = None) -> None:
         super().__init__(f"{ErrorCode(code).name if code in ErrorCode._value2member_map_ else code}: {msg}")
         self.code = code
         self.msg = msg
+        self.details = details or {}  # the whole ERROR frame (e.g. start/hw of OFFSET_OUT_OF_RANGE)
 
 
 class ConnectionClosed(Exception):
@@ -124,7 +125,7 @@ class Connection:
         if fut is None or fut.done():
             return
         if frame["t"] == FrameType.ERROR:
-            fut.set_exception(RemoteError(int(frame.get("code", 0)), str(frame.get("msg", ""))))
+            fut.set_exception(RemoteError(int(frame.get("code", 0)), str(frame.get("msg", "")), frame))
         else:
             fut.set_result(frame)
 

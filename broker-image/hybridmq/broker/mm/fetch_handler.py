@@ -1,0 +1,141 @@
+"""FETCH / FETCH_META on the MM: read stored batches of a hosted partition by offset.
+
+The read side of the fetch-by-offset API (issue 7: the PySpark data source and the audit read
+partitions of a live cluster). The CM routes a client's FETCH to the partition's primary with the
+partition epoch (``pe``); this module answers it from the partition log:
+
+* only records below the high watermark (``PartitionStorage.visible_end``: flushed and, with
+  replication, committed) are returned, and never at or past the requested exclusive end ``e``;
+* whole stored batches, the first one possibly starting below ``o`` (readers skip those records);
+  at most ``mb`` bytes of batches (capped by the frame size) but always at least one batch, so that
+  a reader progresses;
+* ``o`` below the log start (retention removed it) is ``OFFSET_OUT_OF_RANGE`` with ``start`` and
+  ``hw`` in the ERROR frame; ``o`` at or past the high watermark is an empty reply.
+
+Batches are sent as maps: ``o`` base offset, ``n`` record count, ``d`` destination, ``pid`` /
+``pep`` / ``seq`` producer id / producer epoch / base sequence (-1 / 0 / -1 without idempotence),
+``ts`` the batch's max timestamp, ``ctl`` control batch (cursor snapshots: sent without payload),
+``f`` flags, ``xa`` extra attributes, ``b`` the producer's records blob (never decoded here).
+
+FETCH_META answers ``{name: {start, hw, end, epoch}}`` for the hosted partitions this MM is
+primary of (``p`` narrows it to some names).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from hybridmq.api.frames import ErrorCode, FrameType, error_frame
+from hybridmq.broker.destinations.batch_payload import unpack_payload
+from hybridmq.broker.log.batch import HEADER_SIZE, iter_batches
+from hybridmq.broker.log.errors import LogError
+from hybridmq.broker.protocol import Connection
+
+if TYPE_CHECKING:
+    from hybridmq.broker.mm.partition import PartitionHost
+    from hybridmq.broker.mm.server import MessageManager
+
+log = logging.getLogger(__name__)
+
+DEFAULT_FETCH_BYTES = 4 * 1024 * 1024
+FRAME_MARGIN = 256 * 1024  # room for the reply's own fields within the maximum frame size
+BATCH_OVERHEAD = 96  # msgpack map keys and small values of one batch entry
+
+
+def high_watermark(host: PartitionHost) -> int:
+    storage = host.storage
+    return min(storage.visible_end, storage.end_offset)
+
+
+def partition_meta(host: PartitionHost) -> dict[str, int]:
+    return {
+        "start": host.storage.start_offset,
+        "hw": high_watermark(host),
+        "end": host.storage.end_offset,
+        "epoch": host.epoch,
+    }
+
+
+def handle(mm: MessageManager, conn: Connection, frame: dict[str, Any]) -> None:
+    """Answer a FETCH or FETCH_META frame from a CM."""
+    if frame["t"] == FrameType.FETCH_META:
+        names = frame.get("p")
+        wanted = None if names is None else {str(n) for n in names}
+        conn.reply(
+            frame,
+            {
+                "t": FrameType.OK,
+                "node": mm.config.name,
+                "partitions": {
+                    name: partition_meta(host)
+                    for name, host in list(mm.hosts.items())
+                    if host.primary and (wanted is None or name in wanted)
+                },
+            },
+        )
+        return
+    reply = fetch(mm, frame)
+    if not conn.closed:
+        conn.send_nowait(reply)
+
+
+def fetch(mm: MessageManager, frame: dict[str, Any]) -> dict[str, Any]:
+    corr = frame.get("c")
+    name = str(frame["p"])
+    host = mm.hosts.get(name)
+    if host is None or not host.primary:
+        return error_frame(ErrorCode.NOT_PRIMARY, f"{mm.config.name} is not primary of {name}", corr)
+    epoch = frame.get("pe")
+    if epoch is not None and int(epoch) > host.epoch:
+        # The CM already knows a newer epoch than this MM: it has not caught up (or lost the role).
+        return error_frame(ErrorCode.NOT_PRIMARY, f"{name}: epoch {epoch} > {host.epoch} here", corr)
+    offset = int(frame["o"])
+    start = host.storage.start_offset
+    hw = high_watermark(host)
+    if offset < start:
+        err = error_frame(ErrorCode.OFFSET_OUT_OF_RANGE, f"{name}: offset {offset} < log start {start}", corr)
+        err.update(start=start, hw=hw)
+        return err
+    end = frame.get("e")
+    limit = hw if end is None else min(int(end), hw)
+    budget = min(int(frame.get("mb") or DEFAULT_FETCH_BYTES), max(mm.config.max_frame - FRAME_MARGIN, 1))
+    try:
+        batches = read_batches(host, offset, limit, budget)
+    except LogError as exc:
+        return error_frame(ErrorCode.MM_UNAVAILABLE, f"{name}: read failed: {exc}", corr)
+    return {"t": FrameType.OK, "r": corr, "p": name, "start": start, "hw": hw, "batches": batches}
+
+
+def read_batches(host: PartitionHost, offset: int, limit: int, budget: int) -> list[dict[str, Any]]:
+    """Whole batches holding offsets ``[offset, limit)``, about ``budget`` bytes (at least one)."""
+    out: list[dict[str, Any]] = []
+    used = 0
+    pos = offset
+    log_ = host.storage.log
+    while pos < limit and used < budget:
+        raw = log_.read(pos, budget - used, max_offset=limit)
+        if not raw:
+            break
+        for header, payload in iter_batches(raw):
+            size = header.length + BATCH_OVERHEAD
+            if out and used + size > budget:
+                return out
+            used += size
+            pos = header.next_offset
+            entry: dict[str, Any] = {
+                "o": header.base_offset,
+                "n": header.record_count,
+                "pid": header.producer_id,
+                "pep": header.producer_epoch,
+                "seq": header.base_sequence,
+                "ts": header.max_timestamp,
+            }
+            if header.is_control:
+                entry["ctl"] = True
+                used -= header.length - HEADER_SIZE  # the payload is not sent
+            else:
+                dest, flags, expiry, extra, blob = unpack_payload(payload)
+                entry.update(ctl=False, d=dest, f=flags, x=expiry, xa=extra, b=blob)
+            out.append(entry)
+    return out
