@@ -1,0 +1,52 @@
+"""What an MM tells the operator with each Lease renewal (annotation ``hybridmq.io/report``).
+
+The operator is the only writer of ``Partition.status``; the MMs feed it through their own Lease:
+the partitions they hold on disk and, for each, their role, epoch and log end offset, and, from a
+primary, its in-sync set, high watermark, backlog and attached producers. The operator turns these
+into ``PartitionStatus`` figures, uses the offsets to promote the in-sync replica with the longest
+log, and releases a Partition's finalizer once no live MM reports holding it.
+"""
+
+from __future__ import annotations
+
+import json
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic.alias_generators import to_camel
+
+REPORT_ANNOTATION = "hybridmq.io/report"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, serialize_by_alias=True, extra="ignore"
+    )
+
+
+class PartitionReport(_Model):
+    role: str = Field(default="backup", description="primary or backup")
+    epoch: int = Field(default=0, ge=0)
+    log_end_offset: int = Field(default=0, ge=0)
+    # Only meaningful from the primary:
+    committed_offset: int = Field(default=0, ge=0)
+    in_sync: list[str] = Field(default_factory=list)
+    backlog: int = Field(default=0, ge=0)
+    producers: int = Field(default=0, ge=0)
+
+
+class MMReport(_Model):
+    """Everything one MM holds; ``partitions`` lists every partition with data on its volume."""
+
+    partitions: dict[str, PartitionReport] = Field(default_factory=dict)
+
+    def to_annotation(self) -> str:
+        return json.dumps(self.model_dump(mode="json"), separators=(",", ":"), sort_keys=True)
+
+    @classmethod
+    def from_annotation(cls, text: str | None) -> MMReport | None:
+        if not text:
+            return None
+        try:
+            return cls.model_validate_json(text)
+        except ValidationError:
+            return None

@@ -1,0 +1,288 @@
+"""The production ``AssignmentSource``: follow the operator's decisions through the API server.
+
+It watches, in the pod's namespace, the ``Partition`` resources of its cluster (their status is the
+operator's commit point: epoch, primary, replicas, in-sync set) and the ``BrokerCluster`` itself
+(its ``status.brokers`` is the broker table). A Partition being deleted (``deletionTimestamp`` set)
+disappears from the assignments at once: that is the MM's signal to drop the data; the operator
+releases the Partition's finalizer once no live MM reports the partition in its Lease any more.
+
+The official ``kubernetes`` client is synchronous, so each watch runs in its own daemon thread
+(list, then watch from the list's resourceVersion; a ``410 Gone`` or any error relists) and hands
+each change to the event loop, where the tables are replaced and the listeners called.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, cast
+
+from pydantic import ValidationError
+
+from hybridmq.api.assignment import BrokerEntry, PartitionAssignment
+from hybridmq.api.resources import GROUP, VERSION, BrokerCluster, Partition, partition_to_assignment
+from hybridmq.broker.assignment_source import AssignmentSource
+
+LOG = logging.getLogger(__name__)
+
+PARTITIONS = "partitions"
+CLUSTERS = "brokerclusters"
+
+
+def load_api_client() -> Any:
+    """In-cluster config in a pod, the kubeconfig elsewhere (tests, tooling)."""
+    from kubernetes import client, config
+
+    try:
+        config.load_incluster_config()
+    except config.ConfigException:
+        config.load_kube_config()
+    return client.ApiClient()
+
+
+def _rv(obj: Mapping[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("resourceVersion") or "")
+
+
+class KubeAssignmentSource(AssignmentSource):
+    """Assignments and broker table of one BrokerCluster, kept current by two watches."""
+
+    def __init__(
+        self,
+        cluster: str,
+        namespace: str,
+        *,
+        api_client: Any = None,
+        watch_timeout_s: int = 60,
+        retry_backoff_s: float = 0.5,
+    ) -> None:
+        super().__init__()
+        self.cluster = cluster
+        self.namespace = namespace
+        self._api_client = api_client
+        self.watch_timeout_s = watch_timeout_s
+        self.retry_backoff_s = retry_backoff_s
+        self._partitions: dict[str, PartitionAssignment] = {}
+        self._brokers: dict[str, BrokerEntry] = {}
+        self._raw_partitions: dict[str, dict[str, Any]] = {}
+        self._cluster_body: dict[str, Any] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._synced: dict[str, asyncio.Event] = {}
+        self._notify_pending = False
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> KubeAssignmentSource:
+        """From the pod's ``HYBRIDMQ_CLUSTER`` and ``HYBRIDMQ_NAMESPACE``."""
+        env = os.environ if environ is None else environ
+        return cls(env["HYBRIDMQ_CLUSTER"], env.get("HYBRIDMQ_NAMESPACE", "default"))
+
+    # -- AssignmentSource -------------------------------------------------------------------------
+    def partitions(self) -> dict[str, PartitionAssignment]:
+        return self._partitions
+
+    def brokers(self) -> dict[str, BrokerEntry]:
+        return self._brokers
+
+    async def start(self, sync_timeout_s: float = 10.0) -> None:
+        """Start both watches and wait (up to ``sync_timeout_s``) for their first listing."""
+        if self._threads:
+            return
+        self._loop = asyncio.get_running_loop()
+        if self._api_client is None:
+            self._api_client = await asyncio.to_thread(load_api_client)
+        self._stop.clear()
+        for plural in (PARTITIONS, CLUSTERS):
+            self._synced[plural] = asyncio.Event()
+            thread = threading.Thread(
+                target=self._watch_forever, args=(plural,), name=f"kube-source-{plural}", daemon=True
+            )
+            self._threads.append(thread)
+            thread.start()
+        try:
+            await asyncio.wait_for(asyncio.gather(*(e.wait() for e in self._synced.values())), sync_timeout_s)
+        except TimeoutError:
+            LOG.warning("assignment source: no initial listing after %.1fs, continuing", sync_timeout_s)
+
+    async def stop(self) -> None:
+        self._stop.set()
+        threads, self._threads = self._threads, []
+        for thread in threads:
+            await asyncio.to_thread(thread.join, 2.0)
+
+    # -- conversion (pure, tested without a cluster) ----------------------------------------------
+    def min_in_sync_default(self) -> int | None:
+        if self._cluster_body is None:
+            return None
+        try:
+            return BrokerCluster.model_validate(self._cluster_body).spec.partitions.fixed.min_in_sync
+        except ValidationError:
+            return None
+
+    def assignment_of(self, body: Mapping[str, Any]) -> PartitionAssignment | None:
+        """The assignment a Partition body stands for; None if it is not ours or is being deleted."""
+        meta = body.get("metadata") or {}
+        if meta.get("deletionTimestamp"):
+            return None
+        try:
+            partition = Partition.model_validate(body)
+        except ValidationError as exc:
+            LOG.warning("ignoring malformed Partition %s: %s", meta.get("name"), exc)
+            return None
+        if partition.spec.cluster != self.cluster:
+            return None
+        mis = partition.spec.min_in_sync
+        if mis is None:
+            default = self.min_in_sync_default()
+            mis = min(default, partition.spec.replicas) if default is not None else None
+        return partition_to_assignment(partition, min_in_sync=mis)
+
+    def brokers_of(self, body: Mapping[str, Any] | None) -> dict[str, BrokerEntry]:
+        if body is None:
+            return {}
+        try:
+            cluster = BrokerCluster.model_validate(body)
+        except ValidationError as exc:
+            LOG.warning("ignoring malformed BrokerCluster: %s", exc)
+            return {}
+        return {e.name: e for e in (cluster.status.broker_entries() if cluster.status else [])}
+
+    def _rebuild(self) -> None:
+        """Recompute everything (a listing, or the cluster's defaults changed)."""
+        partitions: dict[str, PartitionAssignment] = {}
+        for body in self._raw_partitions.values():
+            assignment = self.assignment_of(body)
+            if assignment is not None:
+                partitions[assignment.name] = assignment
+        brokers = self.brokers_of(self._cluster_body)
+        if partitions != self._partitions or brokers != self._brokers:
+            self._partitions = partitions
+            self._brokers = brokers
+            self._changed()
+
+    def _update_one(self, name: str, body: Mapping[str, Any] | None) -> None:
+        """One Partition changed: recompute only its assignment (events are O(1), not O(n))."""
+        assignment = self.assignment_of(body) if body is not None else None
+        if self._partitions.get(name) == assignment:
+            return
+        partitions = dict(self._partitions)
+        if assignment is None:
+            partitions.pop(name, None)
+        else:
+            partitions[name] = assignment
+        self._partitions = partitions
+        self._changed()
+
+    def _changed(self) -> None:
+        """Notify the listeners once per burst of changes (once per loop iteration)."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self._notify()
+            return
+        if not self._notify_pending:
+            self._notify_pending = True
+            loop.call_soon(self._flush_notify)
+
+    def _flush_notify(self) -> None:
+        self._notify_pending = False
+        self._notify()
+
+    # -- applying watch events on the loop --------------------------------------------------------
+    def apply_listing(self, plural: str, items: list[dict[str, Any]]) -> None:
+        if plural == PARTITIONS:
+            self._raw_partitions = {str(i["metadata"]["name"]): i for i in items}
+        else:
+            named = [i for i in items if i.get("metadata", {}).get("name") == self.cluster]
+            self._cluster_body = named[0] if named else None
+        self._rebuild()
+        event = self._synced.get(plural)
+        if event is not None:
+            event.set()
+
+    def apply_event(self, plural: str, kind: str, obj: dict[str, Any]) -> None:
+        name = str((obj.get("metadata") or {}).get("name"))
+        if plural == PARTITIONS:
+            if kind == "DELETED":
+                self._raw_partitions.pop(name, None)
+                self._update_one(name, None)
+            else:
+                self._raw_partitions[name] = obj
+                self._update_one(name, obj)
+        elif name == self.cluster:
+            before = self.min_in_sync_default()
+            self._cluster_body = None if kind == "DELETED" else obj
+            if self.min_in_sync_default() != before:
+                self._rebuild()
+                return
+            brokers = self.brokers_of(self._cluster_body)
+            if brokers != self._brokers:
+                self._brokers = brokers
+                self._changed()
+
+    def _post(self, fn: Callable[..., None], *args: Any) -> None:
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(fn, *args)
+
+    # -- the watch threads ------------------------------------------------------------------------
+    def _watch_forever(self, plural: str) -> None:
+        from kubernetes import client, watch
+        from kubernetes.client.exceptions import ApiException
+
+        api = client.CustomObjectsApi(self._api_client)
+        kwargs: dict[str, Any] = {}
+        if plural == CLUSTERS:
+            kwargs["field_selector"] = f"metadata.name={self.cluster}"
+        while not self._stop.is_set():
+            try:
+                listing = cast(
+                    dict[str, Any],
+                    api.list_namespaced_custom_object(GROUP, VERSION, self.namespace, plural, **kwargs),
+                )
+                rv = str(listing.get("metadata", {}).get("resourceVersion") or "")
+                self._post(self.apply_listing, plural, list(listing.get("items", [])))
+                while not self._stop.is_set():
+                    stream = watch.Watch().stream(
+                        api.list_namespaced_custom_object,
+                        GROUP,
+                        VERSION,
+                        self.namespace,
+                        plural,
+                        resource_version=rv,
+                        timeout_seconds=self.watch_timeout_s,
+                        allow_watch_bookmarks=True,
+                        **kwargs,
+                    )
+                    for event in stream:
+                        if self._stop.is_set():
+                            return
+                        kind = str(event.get("type"))
+                        obj = event.get("object")
+                        if kind == "ERROR":
+                            raise ApiException(status=int((obj or {}).get("code") or 500))
+                        if not isinstance(obj, dict):
+                            continue
+                        rv = _rv(obj) or rv
+                        if kind != "BOOKMARK":
+                            self._post(self.apply_event, plural, kind, obj)
+            except ApiException as exc:
+                if exc.status != 410:
+                    LOG.warning("watch of %s failed (%s); relisting", plural, exc.status)
+                    time.sleep(self.retry_backoff_s)
+            except Exception as exc:
+                LOG.warning("watch of %s failed: %s; relisting", plural, exc)
+                time.sleep(self.retry_backoff_s)
+
+
+def source_from_env(environ: Mapping[str, str] | None = None) -> KubeAssignmentSource | None:
+    """The Kubernetes source when the pod asks for it (``HYBRIDMQ_ASSIGNMENT_SOURCE=kubernetes``,
+    set by the operator on every broker pod), else None (use a static or file source)."""
+    env = os.environ if environ is None else environ
+    if env.get("HYBRIDMQ_ASSIGNMENT_SOURCE") != "kubernetes" or not env.get("HYBRIDMQ_CLUSTER"):
+        return None
+    return KubeAssignmentSource.from_env(env)

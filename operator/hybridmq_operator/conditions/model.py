@@ -1,0 +1,63 @@
+"""What the condition evaluators read (an observation) and what they return (a condition)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Condition:
+    type: str
+    status: bool
+    reason: str
+    message: str = ""
+
+    def as_dict(self, now: str, generation: int, previous: dict[str, Any] | None = None) -> dict[str, Any]:
+        status = "True" if self.status else "False"
+        since = now
+        if previous and previous.get("status") == status and previous.get("lastTransitionTime"):
+            since = str(previous["lastTransitionTime"])
+        return {
+            "type": self.type,
+            "status": status,
+            "reason": self.reason,
+            "message": self.message,
+            "lastTransitionTime": since,
+            "observedGeneration": generation,
+        }
+
+
+@dataclass(frozen=True)
+class PartitionObservation:
+    name: str
+    type: str  # "fixed" | "on-demand"
+    state: str = "Pending"
+    primary: str | None = None
+    replicas: tuple[str, ...] = ()
+    in_sync: tuple[str, ...] = ()
+    desired_replicas: int = 2
+    accept_writes: bool = True
+
+
+@dataclass(frozen=True)
+class ClusterObservation:
+    cm_desired: int
+    cm_ready: int
+    mm_desired: int
+    mm_ready: int
+    partitions: Sequence[PartitionObservation] = ()
+    lost_mms: frozenset[str] = field(default_factory=frozenset)
+    live_mms: frozenset[str] = field(default_factory=frozenset)
+
+
+def merge_conditions(
+    previous: Iterable[dict[str, Any]] | None,
+    conditions: Iterable[Condition],
+    now: str,
+    generation: int,
+) -> list[dict[str, Any]]:
+    """New condition dicts, keeping ``lastTransitionTime`` of those whose status did not change."""
+    by_type = {str(c.get("type")): c for c in (previous or ())}
+    return [c.as_dict(now, generation, by_type.get(c.type)) for c in conditions]

@@ -1,0 +1,13 @@
+"""Thin Kopf handlers, one module per concern. ``kopf run -m hybridmq_operator.handlers``.
+
+* ``startup``: operator settings (storage of Kopf's own state, finalizer name, peering).
+* ``indexes``: in-memory indexes of broker pods, MM Leases and Partitions, fed by Kopf's watches.
+* ``children``: BrokerCluster create/update/resume → apply the child objects.
+* ``partitions``: a daemon per BrokerCluster: observe, plan, apply, every ~250 ms or on a pod event;
+  also finishes MM scale-downs and writes the BrokerCluster status.
+* ``cleanup``: BrokerCluster deletion releases its Partitions.
+"""
+
+from hybridmq_operator.handlers import children, cleanup, indexes, partitions, startup
+
+__all__ = ["children", "cleanup", "indexes", "partitions", "startup"]

@@ -1,0 +1,57 @@
+"""BrokerCluster create/update/resume: apply every child object (server-side apply).
+
+MM scale-down is two-step: while MMs that will go still hold replicas, the MM StatefulSet keeps
+its current size; the ``partitions`` daemon shrinks it once the planner reports them evacuated.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import kopf
+
+from hybridmq_operator import kube, names
+from hybridmq_operator.resources import build_children
+from hybridmq_operator.settings import ClusterSettings
+
+Logger = logging.Logger | logging.LoggerAdapter[Any]
+
+
+def mm_replicas_to_apply(desired: int, current: int | None) -> int:
+    """Grow at once; never shrink here (evacuation first, see ``partitions``)."""
+    if current is None:
+        return desired
+    return max(desired, current)
+
+
+def apply_children(body: kopf.Body, logger: Logger) -> int:
+    settings = ClusterSettings.from_body(body)
+    sts = kube.get("apps/v1", "StatefulSet", settings.namespace, names.statefulset_name(settings.name, "mm"))
+    current = int(sts["spec"]["replicas"]) if sts else None
+    mm_replicas = mm_replicas_to_apply(settings.mm_replicas, current)
+    for manifest in build_children(settings, mm_replicas):
+        try:
+            kube.apply(manifest)
+        except kube.KubeError as exc:
+            # 4xx other than conflicts will not fix themselves; still retry, with backoff.
+            raise kopf.TemporaryError(
+                f"applying {manifest['kind']}/{manifest['metadata']['name']}: {exc}", delay=5
+            ) from exc
+    if current is not None and mm_replicas > settings.mm_replicas:
+        logger.info("MM scale-down %d -> %d waits for evacuation", current, settings.mm_replicas)
+    return mm_replicas
+
+
+@kopf.on.resume(names.GROUP, names.VERSION, names.CLUSTER_PLURAL)
+@kopf.on.create(names.GROUP, names.VERSION, names.CLUSTER_PLURAL)
+@kopf.on.update(names.GROUP, names.VERSION, names.CLUSTER_PLURAL, field="spec")
+@kopf.on.update(names.GROUP, names.VERSION, names.CLUSTER_PLURAL, field="metadata.annotations")
+def reconcile_children(*, body: kopf.Body, logger: Logger, **_: Any) -> None:
+    apply_children(body, logger)
+
+
+@kopf.timer(names.GROUP, names.VERSION, names.CLUSTER_PLURAL, interval=60, initial_delay=60, idle=30)
+def resync_children(*, body: kopf.Body, logger: Logger, **_: Any) -> None:
+    """Level-based safety net: re-apply the children (drift, a deleted child) every minute."""
+    apply_children(body, logger)

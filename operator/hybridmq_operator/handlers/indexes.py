@@ -1,0 +1,65 @@
+"""In-memory indexes fed by Kopf's watch streams: the reconcile daemon reads these, not the API.
+
+Keys are ``(namespace, cluster)``; values are plain-dict copies of the bodies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+import kopf
+
+from hybridmq_operator import names
+
+Key = tuple[str, str]
+
+# One wake-up event per cluster: pod changes cut the daemon's sleep short.
+_wakeups: dict[Key, asyncio.Event] = {}
+
+
+def wakeup(key: Key) -> asyncio.Event:
+    event = _wakeups.get(key)
+    if event is None:
+        event = _wakeups[key] = asyncio.Event()
+    return event
+
+
+def _copy(body: Mapping[str, Any]) -> dict[str, Any]:
+    return copy.deepcopy(dict(body))
+
+
+@kopf.index("pods", labels={names.LABEL_MANAGED_BY: names.MANAGER, names.LABEL_CLUSTER: kopf.PRESENT})
+def broker_pods(
+    *, namespace: str | None, labels: Mapping[str, str], body: kopf.Body, **_: Any
+) -> dict[Key, Any]:
+    key = (namespace or "", labels[names.LABEL_CLUSTER])
+    if key in _wakeups:
+        _wakeups[key].set()
+    return {key: _copy(body)}
+
+
+@kopf.index(
+    "coordination.k8s.io",
+    "v1",
+    "leases",
+    labels={names.LABEL_ROLE: names.ROLE_MM, names.LABEL_CLUSTER: kopf.PRESENT},
+)
+def mm_leases(
+    *, namespace: str | None, labels: Mapping[str, str], body: kopf.Body, **_: Any
+) -> dict[Key, Any]:
+    return {(namespace or "", labels[names.LABEL_CLUSTER]): _copy(body)}
+
+
+@kopf.index(names.GROUP, names.VERSION, names.PARTITION_PLURAL)
+def cluster_partitions(
+    *, namespace: str | None, spec: kopf.Spec, body: kopf.Body, **_: Any
+) -> dict[Key, Any]:
+    return {(namespace or "", str(spec.get("cluster", ""))): _copy(body)}
+
+
+def values(index: kopf.Index[Key, Any], key: Key) -> tuple[dict[str, Any], ...]:
+    store = index.get(key)
+    return tuple(store) if store is not None else ()

@@ -1,0 +1,317 @@
+"""The reconcile daemon: one per BrokerCluster, every ~250 ms or as soon as a broker pod changes.
+
+Each round reads the indexes (pods, MM Leases, Partitions; no API calls), builds the planner's
+state, calls the pure planner and applies its changes (in a worker thread). It is level-based:
+an operator restarted in the middle of a failover simply plans again from the resources and
+finishes it. Besides partitions it finishes MM scale-downs once the planner says the leaving MMs
+are evacuated, and writes the BrokerCluster status when it changed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from typing import Any, cast
+
+import kopf
+
+from hybridmq_operator import kube, metrics, names, observe
+from hybridmq_operator.apply import Outcome, apply_plan, writer_pool
+from hybridmq_operator.handlers import cluster_status, indexes
+from hybridmq_operator.planner import (
+    DeletePartition,
+    Plan,
+    ReleaseFinalizer,
+    plan,
+)
+from hybridmq_operator.settings import ClusterSettings
+
+INTERVAL_S = 0.25
+ERROR_BACKOFF_S = 1.0
+INITIAL_WAIT_S = 60.0
+FULL_PLAN_EVERY_S = 5.0
+
+
+def _rv(body: Mapping[str, Any]) -> int:
+    try:
+        return int((body.get("metadata") or {}).get("resourceVersion") or 0)
+    except ValueError:
+        return 0
+
+
+class Reconciler:
+    """State kept between rounds (all of it rebuildable: losing it costs nothing but a round)."""
+
+    def __init__(self, name: str, namespace: str) -> None:
+        self.name = name
+        self.namespace = namespace
+        # Bodies we wrote that the watch has not delivered yet (read-your-writes between rounds).
+        self.written: dict[str, dict[str, Any]] = {}
+        self.deleted: dict[str, float] = {}
+        self.first_seen_lost: dict[str, datetime] = {}
+        self.last_status: dict[str, Any] | None = None
+        self.incarnations: dict[str, str] = {}
+        self.cache = observe.PartitionCache()
+        self.pool = writer_pool(f"{namespace}/{name}")
+        self.fingerprint: Any = None
+        self.planned_at = 0.0
+
+    def unchanged(self, state: Any, settings: ClusterSettings) -> bool:
+        """Nothing the planner reads changed since the last plan (and it is not time for a full
+        one): skip planning. Saves the CPU of re-planning thousands of partitions every round."""
+        fingerprint = (
+            settings,
+            state.message_managers,
+            tuple((p.name, p.status, p.deleting, tuple(p.finalizers), p.report) for p in state.partitions),
+        )
+        now = time.monotonic()
+        if fingerprint == self.fingerprint and now - self.planned_at < FULL_PLAN_EVERY_S:
+            return True
+        self.fingerprint, self.planned_at = fingerprint, now
+        return False
+
+    def restarted(self, leases: Iterable[Mapping[str, Any]]) -> frozenset[str]:
+        """MMs whose Lease names a new process since the previous round."""
+        out = set()
+        for lease in leases:
+            name = str(lease["metadata"]["name"])
+            current = observe.incarnation(lease)
+            if current is None:
+                continue
+            previous = self.incarnations.get(name)
+            if previous is not None and previous != current:
+                out.add(name)
+            self.incarnations[name] = current
+        return frozenset(out)
+
+    def partitions(self, indexed: tuple[dict[str, Any], ...]) -> tuple[dict[str, Any], ...]:
+        by_name = {str(b["metadata"]["name"]): b for b in indexed}
+        for name, body in list(self.written.items()):
+            seen = by_name.get(name)
+            if seen is not None and _rv(seen) >= _rv(body):
+                del self.written[name]
+            elif name not in self.deleted:
+                by_name[name] = body
+        now = time.monotonic()
+        for name, at in list(self.deleted.items()):
+            if name not in by_name or now - at > 30:
+                self.deleted.pop(name, None)
+        return tuple(by_name.values())
+
+    def remember(self, outcome: Outcome) -> None:
+        self.written.update(outcome.written)
+        for name in outcome.deleted:
+            self.deleted[name] = time.monotonic()
+
+    def track_losses(self, state: Any, now: datetime) -> None:
+        lost = {m.name for m in state.message_managers if not m.alive}
+        for name in lost:
+            self.first_seen_lost.setdefault(name, now)
+        for name in list(self.first_seen_lost):
+            if name not in lost:
+                del self.first_seen_lost[name]
+
+
+def _cluster_ref(body: Mapping[str, Any]) -> dict[str, Any]:
+    meta = body.get("metadata") or {}
+    return {
+        "apiVersion": names.API_VERSION,
+        "kind": names.CLUSTER_KIND,
+        "metadata": {"name": meta.get("name"), "namespace": meta.get("namespace"), "uid": meta.get("uid")},
+    }
+
+
+def _count_changes(cluster: str, p: Plan) -> None:
+    for change in p.changes:
+        metrics.CHANGES.labels(cluster, type(change).__name__).inc()
+        if isinstance(change, DeletePartition):
+            metrics.GARBAGE_COLLECTED.labels(cluster).inc()
+
+
+def _leaving_pods(snapshot: observe.Snapshot, desired: int) -> set[str]:
+    return {n for n in snapshot.pods_of(names.ROLE_MM) if names.pod_ordinal(n) >= desired}
+
+
+def _finish_scale_down(settings: ClusterSettings, leaving: set[str], p: Plan, logger: Any) -> None:
+    """Shrink the MM StatefulSet once every MM that goes holds no replica any more."""
+    if not leaving or not leaving <= set(p.safe_to_remove):
+        return
+    kube.merge_patch(
+        "apps/v1",
+        "StatefulSet",
+        settings.namespace,
+        names.statefulset_name(settings.name, names.ROLE_MM),
+        {"spec": {"replicas": settings.mm_replicas}},
+    )
+    logger.info("MMs %s evacuated: StatefulSet scaled to %d", sorted(leaving), settings.mm_replicas)
+
+
+def waiting_for_initial_mms(
+    snapshot: observe.Snapshot, state: Any, settings: ClusterSettings, now: datetime
+) -> bool:
+    """A new cluster waits (up to ``INITIAL_WAIT_S``) for all its MMs before the first placement,
+    so that the first partitions spread over every MM instead of the first one to be ready."""
+    if snapshot.partitions:
+        return False
+    ready = sum(1 for m in state.message_managers if m.ready)
+    created = observe.parse_time((snapshot.cluster.get("metadata") or {}).get("creationTimestamp"))
+    young = created is not None and (now - created).total_seconds() < INITIAL_WAIT_S
+    return ready < settings.mm_replicas and young
+
+
+def _post_events(outcome: Outcome) -> None:
+    for ref, event in outcome.events:
+        kopf.event(
+            kopf.Body(cast(kopf.RawBody, ref)), type=event.type, reason=event.reason, message=event.message
+        )
+
+
+async def reconcile_round(
+    rec: Reconciler,
+    body: Mapping[str, Any],
+    pods_index: kopf.Index[indexes.Key, Any],
+    leases_index: kopf.Index[indexes.Key, Any],
+    partitions_index: kopf.Index[indexes.Key, Any],
+    logger: Any,
+) -> Plan:
+    key = (rec.namespace, rec.name)
+    settings = ClusterSettings.from_body(body)
+    snapshot = observe.Snapshot(
+        cluster=dict(body),
+        pods=indexes.values(pods_index, key),
+        leases=indexes.values(leases_index, key),
+        partitions=rec.partitions(indexes.values(partitions_index, key)),
+    )
+    now = datetime.now(UTC)
+    state = observe.cluster_state(
+        snapshot,
+        now,
+        settings.mm_replicas,
+        rec.first_seen_lost,
+        rec.restarted(snapshot.leases),
+        rec.cache,
+    )
+    rec.track_losses(state, now)
+    t_observed = time.monotonic()
+    if waiting_for_initial_mms(snapshot, state, settings, now) or rec.unchanged(state, settings):
+        result = Plan()
+    else:
+        result = plan(state)
+    if result.changes:
+        t_planned = time.monotonic()
+        current = {str(b["metadata"]["name"]): b for b in snapshot.partitions}
+        outcome = await asyncio.to_thread(apply_plan, settings, result, current, _cluster_ref(body), rec.pool)
+        if len(result.changes) >= 20 or outcome.failovers:
+            logger.info(
+                "round: %d changes (%d failovers) planned in %.3fs, applied in %.3fs, %d conflicts",
+                len(result.changes),
+                len(outcome.failovers),
+                t_planned - t_observed,
+                time.monotonic() - t_planned,
+                outcome.conflicts,
+            )
+        rec.remember(outcome)
+        _post_events(outcome)
+        _count_changes(rec.name, result)
+        for _name, duration in outcome.failovers:
+            metrics.FAILOVERS.labels(rec.name).inc()
+            metrics.FAILOVER_SECONDS.labels(rec.name).observe(duration)
+        if outcome.conflicts:
+            metrics.CONFLICTS.labels(rec.name).inc(outcome.conflicts)
+        if outcome.errors:
+            metrics.ERRORS.labels(rec.name).inc(outcome.errors)
+        if any(isinstance(c, ReleaseFinalizer) for c in result.changes):
+            logger.info("released %d drained partitions", len(result.releases()))
+    leaving = _leaving_pods(snapshot, settings.mm_replicas)
+    if leaving:
+        await asyncio.to_thread(_finish_scale_down, settings, leaving, result, logger)
+    # The BrokerCluster status (from the state this round planned on).
+    obs = observe.cluster_observation(state, snapshot, settings.cm_replicas, settings.mm_replicas)
+    metrics.LOST_MMS.labels(rec.name).set(len(obs.lost_mms))
+    previous = rec.last_status if rec.last_status is not None else dict(body.get("status") or {})
+    status = cluster_status.cluster_status(
+        obs,
+        state,
+        observe.broker_table(snapshot),
+        previous,
+        settings.generation,
+        now,
+        on_demand_expected=settings.on_demand_per_mm > 0,
+    )
+    if cluster_status.changed(previous, status):
+        await asyncio.to_thread(
+            kube.merge_patch,
+            names.API_VERSION,
+            names.CLUSTER_KIND,
+            rec.namespace,
+            rec.name,
+            {"status": status},
+            "status",
+        )
+        rec.last_status = status
+    return result
+
+
+@kopf.daemon(
+    names.GROUP,
+    names.VERSION,
+    names.CLUSTER_PLURAL,
+    id="partitions",
+    cancellation_timeout=5.0,
+    cancellation_backoff=0.5,
+)
+async def reconcile_partitions(
+    *,
+    name: str,
+    namespace: str | None,
+    body: kopf.Body,
+    stopped: kopf.DaemonStopped,
+    logger: logging.Logger | logging.LoggerAdapter[Any],
+    **kwargs: Any,
+) -> None:
+    """``kwargs`` carries the indexes ``broker_pods``, ``mm_leases`` and ``cluster_partitions``."""
+    namespace = namespace or "default"
+    broker_pods, mm_leases, cluster_partitions = (
+        kwargs["broker_pods"],
+        kwargs["mm_leases"],
+        kwargs["cluster_partitions"],
+    )
+    rec = Reconciler(name, namespace)
+    wake = indexes.wakeup((namespace, name))
+    try:
+        await _loop(rec, body, stopped, logger, broker_pods, mm_leases, cluster_partitions, wake)
+    finally:
+        rec.pool.shutdown(wait=False)
+
+
+async def _loop(
+    rec: Reconciler,
+    body: kopf.Body,
+    stopped: kopf.DaemonStopped,
+    logger: logging.Logger | logging.LoggerAdapter[Any],
+    broker_pods: kopf.Index[indexes.Key, Any],
+    mm_leases: kopf.Index[indexes.Key, Any],
+    cluster_partitions: kopf.Index[indexes.Key, Any],
+    wake: asyncio.Event,
+) -> None:
+    name = rec.name
+    while not stopped:
+        started = time.monotonic()
+        delay = INTERVAL_S
+        try:
+            await reconcile_round(rec, body, broker_pods, mm_leases, cluster_partitions, logger)
+        except Exception as exc:
+            metrics.ERRORS.labels(name).inc()
+            logger.warning("reconcile round failed: %s", exc)
+            rec.last_status = None
+            delay = ERROR_BACKOFF_S
+        finally:
+            metrics.RECONCILE_SECONDS.labels(name).observe(time.monotonic() - started)
+        wake.clear()
+        try:
+            await asyncio.wait_for(wake.wait(), delay)
+        except TimeoutError:
+            pass

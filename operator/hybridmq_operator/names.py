@@ -1,0 +1,105 @@
+"""Names, labels and annotation keys shared by the operator, its children and the brokers.
+
+The broker side (``hybridmq.broker.kube_source`` and ``hybridmq.broker.lease``) uses the same
+strings; they are plain constants so that neither side has to import the other.
+"""
+
+from typing import Final
+
+GROUP: Final = "hybridmq.io"
+VERSION: Final = "v1alpha1"
+API_VERSION: Final = f"{GROUP}/{VERSION}"
+CLUSTER_KIND: Final = "BrokerCluster"
+CLUSTER_PLURAL: Final = "brokerclusters"
+PARTITION_KIND: Final = "Partition"
+PARTITION_PLURAL: Final = "partitions"
+
+MANAGER: Final = "hybridmq-operator"
+
+# Labels on every child object.
+LABEL_NAME: Final = "app.kubernetes.io/name"
+LABEL_INSTANCE: Final = "app.kubernetes.io/instance"
+LABEL_COMPONENT: Final = "app.kubernetes.io/component"
+LABEL_MANAGED_BY: Final = "app.kubernetes.io/managed-by"
+LABEL_PART_OF: Final = "app.kubernetes.io/part-of"
+LABEL_CLUSTER: Final = "hybridmq.io/cluster"
+LABEL_ROLE: Final = "hybridmq.io/role"
+LABEL_PARTITION_TYPE: Final = "hybridmq.io/partition-type"
+
+# Annotations.
+ANNOTATION_CONFIG_DIGEST: Final = "hybridmq.io/config-digest"
+# On a MM Lease: JSON report of what the MM holds (partition -> role, epoch, log end, backlog, ...).
+ANNOTATION_LEASE_REPORT: Final = "hybridmq.io/report"
+
+# The finalizer that keeps a Partition until no live MM holds its data any more.
+PARTITION_FINALIZER: Final = "hybridmq.io/partition-data"
+# Kopf's own finalizer (for the BrokerCluster daemons), renamed into our group.
+OPERATOR_FINALIZER: Final = "hybridmq.io/operator"
+
+ROLE_CM: Final = "cm"
+ROLE_MM: Final = "mm"
+
+# Ports inside every broker pod (each pod has its own IP, so every pod uses the same numbers).
+CM_CLIENT_PORT: Final = 7400
+MM_PORT: Final = 7500
+HTTP_PORT: Final = 8080
+
+CONFIG_FILE: Final = "hybridmq.yaml"
+CONFIG_MOUNT: Final = "/etc/hybridmq"
+DATA_MOUNT: Final = "/var/lib/hybridmq"
+DATA_VOLUME: Final = "data"
+
+
+def statefulset_name(cluster: str, role: str) -> str:
+    return f"{cluster}-{role}"
+
+
+def headless_service_name(cluster: str, role: str) -> str:
+    return f"{cluster}-{role}-headless"
+
+
+def client_service_name(cluster: str) -> str:
+    return cluster
+
+
+def configmap_name(cluster: str) -> str:
+    return f"{cluster}-config"
+
+
+def pdb_name(cluster: str, role: str) -> str:
+    return f"{cluster}-{role}"
+
+
+def service_account_name(cluster: str) -> str:
+    return f"{cluster}-broker"
+
+
+def fixed_partition_name(cluster: str, index: int) -> str:
+    return f"{cluster}-fixed-{index}"
+
+
+def pod_name(cluster: str, role: str, ordinal: int) -> str:
+    return f"{statefulset_name(cluster, role)}-{ordinal}"
+
+
+def pod_ordinal(pod: str) -> int:
+    """The StatefulSet ordinal of a pod name (``-1`` when it has none)."""
+    head, _, tail = pod.rpartition("-")
+    return int(tail) if head and tail.isdigit() else -1
+
+
+def selector_labels(cluster: str, role: str | None = None) -> dict[str, str]:
+    labels = {LABEL_NAME: "hybridmq", LABEL_INSTANCE: cluster}
+    if role is not None:
+        labels[LABEL_COMPONENT] = role
+    return labels
+
+
+def common_labels(cluster: str, role: str | None = None) -> dict[str, str]:
+    labels = selector_labels(cluster, role)
+    labels[LABEL_MANAGED_BY] = MANAGER
+    labels[LABEL_PART_OF] = "hybridmq"
+    labels[LABEL_CLUSTER] = cluster
+    if role is not None:
+        labels[LABEL_ROLE] = role
+    return labels

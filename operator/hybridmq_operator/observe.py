@@ -1,0 +1,318 @@
+"""From what the watches hold (raw pod, Lease and Partition bodies) to the planner's input.
+
+Pure functions, unit tested without Kubernetes. An MM is *lost* when (DESIGN §4.1):
+
+* its pod is gone, is being deleted, has failed, or its container is not running
+  (terminated, or waiting after a restart);
+* its Lease (named after the pod) was renewed once and has expired
+  (``renewTime + leaseDurationSeconds`` is in the past);
+* its Lease shows a new MM process (``acquireTime`` changed since the previous round): a restarted
+  MM lost what it held in memory, so it is treated as lost for one round and returns as a backup.
+
+A pod that never created a Lease is judged by its pod alone, so brokers without Lease support
+still work.
+
+Plain readiness-probe failures do not fail an MM over (a catching-up MM may be unready); they only
+keep new replicas away from it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from pydantic import ValidationError
+
+from hybridmq.api.lease_report import REPORT_ANNOTATION, MMReport
+from hybridmq.api.resources import BrokerCluster, Partition, PartitionState
+from hybridmq_operator import names
+from hybridmq_operator.conditions import ClusterObservation, PartitionObservation
+from hybridmq_operator.planner.state import ClusterState, MessageManager, PartitionInfo, ReplicaReport
+
+Body = Mapping[str, Any]
+
+
+def parse_time(value: Any) -> datetime | None:
+    if not value:
+        return None
+    text = str(value).replace("Z", "+00:00")
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def _meta(body: Body) -> Mapping[str, Any]:
+    return body.get("metadata") or {}
+
+
+def pod_ready(pod: Body) -> bool:
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Ready":
+            return cond.get("status") == "True"
+    return False
+
+
+def pod_failure(pod: Body) -> str | None:
+    """Why a pod counts as lost, or None while it may be serving."""
+    if _meta(pod).get("deletionTimestamp"):
+        return "pod deleted"
+    status = pod.get("status") or {}
+    if status.get("phase") in ("Failed", "Succeeded"):
+        return f"pod {str(status['phase']).lower()}"
+    for cs in status.get("containerStatuses") or []:
+        state = cs.get("state") or {}
+        if "terminated" in state:
+            return "container terminated"
+        if "waiting" in state and int(cs.get("restartCount") or 0) > 0:
+            return f"container restarting ({state['waiting'].get('reason') or 'waiting'})"
+    return None
+
+
+def lease_expiry(lease: Body) -> datetime | None:
+    spec = lease.get("spec") or {}
+    renewed = parse_time(spec.get("renewTime"))
+    if renewed is None:
+        return None
+    return renewed + timedelta(seconds=float(spec.get("leaseDurationSeconds") or 1))
+
+
+def lease_acquired(lease: Body) -> datetime | None:
+    return parse_time((lease.get("spec") or {}).get("acquireTime"))
+
+
+def incarnation(lease: Body | None) -> str | None:
+    """Identifies the MM process that holds the Lease (its acquireTime)."""
+    return str((lease.get("spec") or {}).get("acquireTime") or "") or None if lease else None
+
+
+def lease_report(lease: Body | None) -> MMReport | None:
+    if lease is None:
+        return None
+    return MMReport.from_annotation((_meta(lease).get("annotations") or {}).get(REPORT_ANNOTATION))
+
+
+def observe_mm(
+    name: str,
+    pod: Body | None,
+    lease: Body | None,
+    now: datetime,
+    leaving: bool,
+    first_seen_lost: Mapping[str, datetime] | None = None,
+    restarted: bool = False,
+) -> MessageManager:
+    """One MM as the planner sees it. ``first_seen_lost`` remembers losses without a timestamp."""
+    reason: str | None = None
+    since: datetime | None = None
+    if pod is None:
+        reason = "pod deleted"
+    else:
+        reason = pod_failure(pod)
+        if reason == "pod deleted":
+            grace = float(_meta(pod).get("deletionGracePeriodSeconds") or 0)
+            deleted_at = parse_time(_meta(pod).get("deletionTimestamp"))
+            since = deleted_at - timedelta(seconds=grace) if deleted_at else None
+    expiry = lease_expiry(lease) if lease is not None else None
+    if reason is None and expiry is not None and expiry <= now:
+        reason, since = "lease expired", expiry
+    if reason is None and restarted:
+        # A new MM process behind the same name: what the old one held in memory is gone.
+        reason, since = "message manager restarted", lease_acquired(lease) if lease else None
+    seen = first_seen_lost.get(name) if first_seen_lost is not None else None
+    # Timestamps in metadata have a 1 s resolution; our own sighting is sharper when it is close.
+    if (
+        reason is not None
+        and seen is not None
+        and (since is None or timedelta(0) <= seen - since <= timedelta(seconds=1.5))
+    ):
+        since = seen
+    report = lease_report(lease)
+    offsets = {p: r.log_end_offset for p, r in report.partitions.items()} if report else {}
+    return MessageManager(
+        name=name,
+        alive=reason is None,
+        ready=reason is None and pod is not None and pod_ready(pod),
+        leaving=leaving,
+        lost_reason=reason,
+        lost_since=since if reason is not None else None,
+        log_end_offsets=offsets,
+        stored=frozenset(report.partitions) if report is not None else None,
+    )
+
+
+def parse_partition(body: Body) -> Partition | None:
+    try:
+        return Partition.model_validate(dict(body))
+    except ValidationError:
+        return None
+
+
+class PartitionCache:
+    """Parsed Partitions by (name, resourceVersion): a round re-parses only what changed."""
+
+    def __init__(self) -> None:
+        self._items: dict[str, tuple[str, Partition | None]] = {}
+
+    def parse(self, bodies: Iterable[Body]) -> list[Partition]:
+        out: list[Partition] = []
+        seen: set[str] = set()
+        for body in bodies:
+            meta = _meta(body)
+            name, rv = str(meta.get("name")), str(meta.get("resourceVersion") or "")
+            seen.add(name)
+            cached = self._items.get(name)
+            if cached is None or cached[0] != rv or not rv:
+                cached = (rv, parse_partition(body))
+                self._items[name] = cached
+            if cached[1] is not None:
+                out.append(cached[1])
+        for name in set(self._items) - seen:
+            del self._items[name]
+        return out
+
+
+def replica_report(partition: Partition, reports: Mapping[str, MMReport]) -> ReplicaReport | None:
+    """The primary's report about a partition, with every replica's log end offset."""
+    name = partition.metadata.name or ""
+    primary = partition.status.primary if partition.status else None
+    if primary is None or primary not in reports:
+        return None
+    own = reports[primary].partitions.get(name)
+    if own is None or own.role != "primary":
+        return None
+    offsets = {mm: r.partitions[name].log_end_offset for mm, r in reports.items() if name in r.partitions}
+    return ReplicaReport(
+        reporter=primary,
+        epoch=own.epoch,
+        in_sync=tuple(own.in_sync),
+        log_end_offsets=offsets,
+        log_end_offset=own.log_end_offset,
+        committed_offset=own.committed_offset,
+        backlog=own.backlog,
+        producers=own.producers,
+    )
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A cluster's pods, Leases and Partitions, as the indexes held them at one instant."""
+
+    cluster: Body
+    pods: tuple[Body, ...]
+    leases: tuple[Body, ...]
+    partitions: tuple[Body, ...]
+
+    @property
+    def name(self) -> str:
+        return str(_meta(self.cluster).get("name"))
+
+    def pods_of(self, role: str) -> dict[str, Body]:
+        return {
+            str(_meta(p)["name"]): p
+            for p in self.pods
+            if (_meta(p).get("labels") or {}).get(names.LABEL_ROLE) == role
+        }
+
+    def leases_by_name(self) -> dict[str, Body]:
+        return {str(_meta(lease)["name"]): lease for lease in self.leases}
+
+
+def mm_names(snapshot: Snapshot, partitions: Iterable[Partition]) -> list[str]:
+    """Every MM the cluster knows of: pods, and MMs still named by a partition's status.
+
+    Leases alone do not count: an MM's Lease is owned by its pod and goes with it.
+    """
+    known = set(snapshot.pods_of(names.ROLE_MM))
+    for p in partitions:
+        if p.status is not None:
+            known.update(p.status.replicas)
+    return sorted(known, key=names.pod_ordinal)
+
+
+def cluster_state(
+    snapshot: Snapshot,
+    now: datetime,
+    desired_mms: int,
+    first_seen_lost: Mapping[str, datetime] | None = None,
+    restarted: frozenset[str] = frozenset(),
+    cache: PartitionCache | None = None,
+) -> ClusterState:
+    cluster = BrokerCluster.model_validate(dict(snapshot.cluster))
+    parsed = (cache or PartitionCache()).parse(snapshot.partitions)
+    parsed = [p for p in parsed if p.spec.cluster == snapshot.name]
+    pods = snapshot.pods_of(names.ROLE_MM)
+    leases = snapshot.leases_by_name()
+    mms = tuple(
+        observe_mm(
+            mm,
+            pods.get(mm),
+            leases.get(mm),
+            now,
+            leaving=names.pod_ordinal(mm) >= desired_mms,
+            first_seen_lost=first_seen_lost,
+            restarted=mm in restarted,
+        )
+        for mm in mm_names(snapshot, parsed)
+    )
+    reports = {
+        m: r for m in (x.name for x in mms if x.alive) if (r := lease_report(leases.get(m))) is not None
+    }
+    infos = tuple(PartitionInfo.from_resource(p, replica_report(p, reports)) for p in parsed)
+    return ClusterState(
+        cluster=snapshot.name, spec=cluster.spec, message_managers=mms, partitions=infos, now=now
+    )
+
+
+def broker_table(snapshot: Snapshot) -> list[dict[str, Any]]:
+    """``status.brokers``: every broker pod with an IP, CMs first, in ordinal order."""
+    rows: list[dict[str, Any]] = []
+    for role, port in ((names.ROLE_CM, names.CM_CLIENT_PORT), (names.ROLE_MM, names.MM_PORT)):
+        for name, pod in sorted(snapshot.pods_of(role).items(), key=lambda kv: names.pod_ordinal(kv[0])):
+            ip = (pod.get("status") or {}).get("podIP")
+            if not ip or _meta(pod).get("deletionTimestamp"):
+                continue
+            rows.append(
+                {
+                    "name": name,
+                    "role": role,
+                    "address": f"{ip}:{port}",
+                    "httpAddress": f"{ip}:{names.HTTP_PORT}",
+                    "ready": pod_ready(pod) and pod_failure(pod) is None,
+                }
+            )
+    return rows
+
+
+def cluster_observation(
+    state: ClusterState, snapshot: Snapshot, cm_desired: int, mm_desired: int
+) -> ClusterObservation:
+    cms = snapshot.pods_of(names.ROLE_CM)
+    cm_ready = sum(1 for p in cms.values() if pod_ready(p) and pod_failure(p) is None)
+    mm_ready = sum(1 for m in state.message_managers if m.ready)
+    parts = []
+    for info in state.partitions:
+        st = info.status
+        parts.append(
+            PartitionObservation(
+                name=info.name,
+                type=str(info.spec.type.value),
+                state=str((st.state if st else PartitionState.PENDING).value),
+                primary=st.primary if st else None,
+                replicas=tuple(st.replicas) if st else (),
+                in_sync=tuple(st.in_sync) if st else (),
+                desired_replicas=info.spec.replicas,
+                accept_writes=st.accept_writes if st else True,
+            )
+        )
+    return ClusterObservation(
+        cm_desired=cm_desired,
+        cm_ready=cm_ready,
+        mm_desired=mm_desired,
+        mm_ready=mm_ready,
+        partitions=tuple(parts),
+        lost_mms=frozenset(m.name for m in state.message_managers if not m.alive),
+        live_mms=frozenset(m.name for m in state.message_managers if m.alive),
+    )

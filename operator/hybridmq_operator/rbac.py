@@ -1,0 +1,60 @@
+"""Every API permission the operator uses: the source of truth for the chart's ClusterRole.
+
+Kept next to the code that makes the calls; ``tests/k8s/test_operator_rbac.py`` runs the operator
+with exactly these rules.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hybridmq_operator import names
+
+OPERATOR_RULES: list[dict[str, Any]] = [
+    # The custom resources: watched by Kopf, Partitions created/deleted by the planner's changes.
+    {
+        "apiGroups": [names.GROUP],
+        "resources": [names.CLUSTER_PLURAL],
+        "verbs": ["get", "list", "watch", "patch"],  # patch: Kopf's finalizer and annotations
+    },
+    {
+        "apiGroups": [names.GROUP],
+        "resources": [f"{names.CLUSTER_PLURAL}/status", f"{names.PARTITION_PLURAL}/status"],
+        "verbs": ["get", "patch", "update"],
+    },
+    {
+        "apiGroups": [names.GROUP],
+        "resources": [names.PARTITION_PLURAL],
+        "verbs": ["get", "list", "watch", "create", "patch", "delete"],
+    },
+    # What the operator watches to detect MM loss.
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+    # Leases: watched for MM liveness; get/create/update/patch only because the operator creates
+    # the brokers' Role, and RBAC lets it grant only what it holds itself.
+    {
+        "apiGroups": ["coordination.k8s.io"],
+        "resources": ["leases"],
+        "verbs": ["get", "list", "watch", "create", "update", "patch"],
+    },
+    # Children of a BrokerCluster, written with server-side apply.
+    {
+        "apiGroups": [""],
+        "resources": ["services", "configmaps", "serviceaccounts"],
+        "verbs": ["get", "create", "patch"],
+    },
+    {"apiGroups": ["apps"], "resources": ["statefulsets"], "verbs": ["get", "create", "patch"]},
+    {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": ["get", "create", "patch"]},
+    {
+        "apiGroups": ["rbac.authorization.k8s.io"],
+        "resources": ["roles", "rolebindings"],
+        "verbs": ["get", "create", "patch"],
+    },
+    # Kubernetes Events for each failover step and garbage collection (posted by Kopf).
+    {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create"]},
+    # Kopf peering (operator HA), when enabled.
+    {
+        "apiGroups": ["kopf.dev"],
+        "resources": ["kopfpeerings", "clusterkopfpeerings"],
+        "verbs": ["get", "list", "watch", "patch"],
+    },
+]

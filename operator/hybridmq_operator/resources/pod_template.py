@@ -1,0 +1,131 @@
+"""The broker pod template shared by the CM and MM StatefulSets.
+
+Both roles run the same image with ``hybridmq <role>``; everything a broker needs to find itself
+and its peers comes in through the environment (the ``hybridmq`` CLI reads ``HYBRIDMQ_*``).
+"""
+
+from typing import Any
+
+from hybridmq_operator import names
+from hybridmq_operator.resources.configmap import config_digest
+from hybridmq_operator.settings import ClusterSettings
+
+
+def _field_env(name: str, path: str) -> dict[str, Any]:
+    return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
+
+
+def broker_env(settings: ClusterSettings, role: str) -> list[dict[str, Any]]:
+    port = names.CM_CLIENT_PORT if role == names.ROLE_CM else names.MM_PORT
+    env: list[dict[str, Any]] = [
+        _field_env("HYBRIDMQ_POD_NAME", "metadata.name"),
+        _field_env("HYBRIDMQ_POD_UID", "metadata.uid"),
+        _field_env("HYBRIDMQ_NAMESPACE", "metadata.namespace"),
+        _field_env("HYBRIDMQ_POD_IP", "status.podIP"),
+        {"name": "HYBRIDMQ_CLUSTER", "value": settings.name},
+        {"name": "HYBRIDMQ_ROLE", "value": role},
+        # What the ``hybridmq cm|mm`` CLI reads (its flags' environment variables):
+        {"name": "HYBRIDMQ_NAME", "value": "$(HYBRIDMQ_POD_NAME)"},
+        {"name": "HYBRIDMQ_BIND", "value": f"$(HYBRIDMQ_POD_IP):{port}"},
+        {"name": "HYBRIDMQ_HTTP_BIND", "value": f"$(HYBRIDMQ_POD_IP):{names.HTTP_PORT}"},
+        # The same, split, for code that wants host and ports apart:
+        {"name": "HYBRIDMQ_HOST", "value": "$(HYBRIDMQ_POD_IP)"},
+        {"name": "HYBRIDMQ_PORT", "value": str(port)},
+        {"name": "HYBRIDMQ_HTTP_PORT", "value": str(names.HTTP_PORT)},
+        {"name": "HYBRIDMQ_CONFIG", "value": f"{names.CONFIG_MOUNT}/{names.CONFIG_FILE}"},
+        {"name": "HYBRIDMQ_ASSIGNMENT_SOURCE", "value": "kubernetes"},
+        {"name": "HYBRIDMQ_MIN_IN_SYNC", "value": str(settings.min_in_sync)},
+    ]
+    if role == names.ROLE_CM and settings.auth.get("secretName"):
+        env.append({"name": "HYBRIDMQ_CREDENTIALS", "value": f"{names.CONFIG_MOUNT}/auth"})
+    if role == names.ROLE_MM:
+        env += [
+            {"name": "HYBRIDMQ_DATA_DIR", "value": names.DATA_MOUNT},
+            {"name": "HYBRIDMQ_LEASE_DURATION_SECONDS", "value": str(settings.lease_duration_seconds)},
+            {"name": "HYBRIDMQ_LEASE_RENEW_MILLISECONDS", "value": str(settings.lease_renew_milliseconds)},
+        ]
+    return env
+
+
+def _probe(path: str, period: int, failures: int) -> dict[str, Any]:
+    return {
+        "httpGet": {"path": path, "port": "http"},
+        "periodSeconds": period,
+        "failureThreshold": failures,
+        "timeoutSeconds": 1,
+    }
+
+
+def broker_container(settings: ClusterSettings, role: str) -> dict[str, Any]:
+    port_name, port = ("client", names.CM_CLIENT_PORT) if role == names.ROLE_CM else ("mm", names.MM_PORT)
+    mounts: list[dict[str, Any]] = [
+        {"name": "config", "mountPath": names.CONFIG_MOUNT, "readOnly": True},
+    ]
+    if role == names.ROLE_MM:
+        mounts.append({"name": names.DATA_VOLUME, "mountPath": names.DATA_MOUNT})
+    if settings.tls.get("secretName"):
+        mounts.append({"name": "tls", "mountPath": f"{names.CONFIG_MOUNT}/tls", "readOnly": True})
+    if role == names.ROLE_CM and settings.auth.get("secretName"):
+        mounts.append({"name": "auth", "mountPath": f"{names.CONFIG_MOUNT}/auth", "readOnly": True})
+    resources = settings.cm_resources if role == names.ROLE_CM else settings.mm_resources
+    container: dict[str, Any] = {
+        "name": role,
+        "image": settings.image,
+        "imagePullPolicy": settings.image_pull_policy,
+        "command": [*settings.broker_command, role],
+        "env": broker_env(settings, role),
+        "ports": [
+            {"name": port_name, "containerPort": port, "protocol": "TCP"},
+            {"name": "http", "containerPort": names.HTTP_PORT, "protocol": "TCP"},
+        ],
+        "readinessProbe": _probe("/readyz", 1, 2),
+        "livenessProbe": _probe("/healthz", 5, 6),
+        "volumeMounts": mounts,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+    }
+    if resources:
+        container["resources"] = dict(resources)
+    return container
+
+
+def pod_template(settings: ClusterSettings, role: str) -> dict[str, Any]:
+    volumes: list[dict[str, Any]] = [
+        {"name": "config", "configMap": {"name": names.configmap_name(settings.name)}},
+    ]
+    if role == names.ROLE_MM and settings.storage_type == "ephemeral":
+        volumes.append({"name": names.DATA_VOLUME, "emptyDir": {}})
+    if settings.tls.get("secretName"):
+        volumes.append({"name": "tls", "secret": {"secretName": str(settings.tls["secretName"])}})
+    if role == names.ROLE_CM and settings.auth.get("secretName"):
+        volumes.append({"name": "auth", "secret": {"secretName": str(settings.auth["secretName"])}})
+    return {
+        "metadata": {
+            "labels": names.common_labels(settings.name, role),
+            "annotations": {names.ANNOTATION_CONFIG_DIGEST: config_digest(settings)},
+        },
+        "spec": {
+            "serviceAccountName": names.service_account_name(settings.name),
+            "terminationGracePeriodSeconds": 10,
+            "securityContext": {"runAsNonRoot": True, "runAsUser": 10001, "fsGroup": 10001},
+            "containers": [broker_container(settings, role)],
+            "volumes": volumes,
+            "affinity": {
+                "podAntiAffinity": {
+                    "preferredDuringSchedulingIgnoredDuringExecution": [
+                        {
+                            "weight": 100,
+                            "podAffinityTerm": {
+                                "topologyKey": "kubernetes.io/hostname",
+                                "labelSelector": {"matchLabels": names.selector_labels(settings.name, role)},
+                            },
+                        }
+                    ]
+                }
+            },
+        },
+    }

@@ -1,0 +1,230 @@
+"""From raw pod, Lease and Partition bodies to the planner's state, and through the planner."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from hybridmq.api.lease_report import MMReport, PartitionReport
+from hybridmq_operator import names, observe
+from hybridmq_operator.handlers import cluster_status
+from hybridmq_operator.planner import CreatePartition, UpdatePartitionStatus, plan
+
+NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
+
+
+def stamp(t: datetime) -> str:
+    return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def cluster(**spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "hybridmq.io/v1alpha1",
+        "kind": "BrokerCluster",
+        "metadata": {"name": "demo", "namespace": "ns", "uid": "u", "generation": 1},
+        "spec": spec,
+    }
+
+
+def pod(
+    name: str, role: str = "mm", ready: bool = True, ip: str = "127.0.1.1", **extra: Any
+) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "metadata": {"name": name, "namespace": "ns", "labels": names.common_labels("demo", role)},
+        "status": {
+            "phase": "Running",
+            "podIP": ip,
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+            "containerStatuses": [{"name": role, "state": {"running": {}}, "restartCount": 0}],
+        },
+    }
+    for key, value in extra.items():
+        body["metadata" if key == "deletionTimestamp" else "status"][key] = value
+    return body
+
+
+def lease(name: str, renewed: datetime, report: MMReport | None = None) -> dict[str, Any]:
+    ann = {"hybridmq.io/report": report.to_annotation()} if report else {}
+    return {
+        "metadata": {"name": name, "namespace": "ns", "annotations": ann},
+        "spec": {"holderIdentity": name, "leaseDurationSeconds": 1, "renewTime": stamp(renewed)},
+    }
+
+
+def partition(name: str, primary: str, replicas: list[str], epoch: int = 1, rv: str = "10") -> dict[str, Any]:
+    return {
+        "apiVersion": "hybridmq.io/v1alpha1",
+        "kind": "Partition",
+        "metadata": {
+            "name": name,
+            "namespace": "ns",
+            "resourceVersion": rv,
+            "finalizers": ["hybridmq.io/partition-data"],
+        },
+        "spec": {"cluster": "demo", "type": "fixed", "replicas": len(replicas)},
+        "status": {
+            "state": "Active",
+            "epoch": epoch,
+            "primary": primary,
+            "replicas": replicas,
+            "inSync": replicas,
+        },
+    }
+
+
+def test_pod_failure_reasons() -> None:
+    assert observe.pod_failure(pod("a")) is None
+    assert observe.pod_failure(pod("a", deletionTimestamp=stamp(NOW))) == "pod deleted"
+    assert observe.pod_failure(pod("a", phase="Failed")) == "pod failed"
+    restarting = pod("a")
+    restarting["status"]["containerStatuses"] = [
+        {"name": "mm", "state": {"waiting": {"reason": "CrashLoopBackOff"}}, "restartCount": 2}
+    ]
+    assert "restarting" in str(observe.pod_failure(restarting))
+    # An unready but running MM is not lost (it may be catching up).
+    assert observe.pod_failure(pod("a", ready=False)) is None
+
+
+def test_mm_lost_by_missing_pod_or_expired_lease() -> None:
+    gone = observe.observe_mm("demo-mm-0", None, None, NOW, False, {"demo-mm-0": NOW - timedelta(seconds=1)})
+    assert not gone.alive and gone.lost_reason == "pod deleted"
+    assert gone.lost_since == NOW - timedelta(seconds=1)
+    fresh = observe.observe_mm(
+        "demo-mm-1", pod("demo-mm-1"), lease("demo-mm-1", NOW - timedelta(milliseconds=300)), NOW, False
+    )
+    assert fresh.alive and fresh.ready
+    stale = observe.observe_mm(
+        "demo-mm-2", pod("demo-mm-2"), lease("demo-mm-2", NOW - timedelta(seconds=3)), NOW, False
+    )
+    assert not stale.alive and stale.lost_reason == "lease expired"
+    assert stale.lost_since == NOW - timedelta(seconds=2)
+    no_lease = observe.observe_mm("demo-mm-3", pod("demo-mm-3", ready=False), None, NOW, True)
+    assert no_lease.alive and not no_lease.ready and no_lease.leaving and not no_lease.eligible
+
+
+def test_reports_feed_offsets_storage_and_the_primary_view() -> None:
+    rep0 = MMReport(
+        partitions={
+            "demo-fixed-0": PartitionReport(
+                role="primary",
+                epoch=1,
+                log_end_offset=50,
+                in_sync=["demo-mm-0", "demo-mm-1"],
+                backlog=7,
+                producers=2,
+            )
+        }
+    )
+    rep1 = MMReport(partitions={"demo-fixed-0": PartitionReport(role="backup", epoch=1, log_end_offset=48)})
+    snap = observe.Snapshot(
+        cluster=cluster(partitions={"fixed": {"count": 1}, "onDemand": {"perMessageManager": 0}}),
+        pods=(pod("demo-mm-0", ip="127.0.1.1"), pod("demo-mm-1", ip="127.0.1.2")),
+        leases=(lease("demo-mm-0", NOW, rep0), lease("demo-mm-1", NOW, rep1)),
+        partitions=(partition("demo-fixed-0", "demo-mm-0", ["demo-mm-0", "demo-mm-1"]),),
+    )
+    state = observe.cluster_state(snap, NOW, desired_mms=2)
+    mm0 = next(m for m in state.message_managers if m.name == "demo-mm-0")
+    assert mm0.stored == frozenset({"demo-fixed-0"}) and mm0.log_end_offsets == {"demo-fixed-0": 50}
+    (info,) = state.partitions
+    assert info.report is not None
+    assert info.report.log_end_offsets == {"demo-mm-0": 50, "demo-mm-1": 48}
+    assert (info.report.backlog, info.report.producers) == (7, 2)
+
+
+def test_fresh_cluster_plans_fixed_and_on_demand_partitions() -> None:
+    snap = observe.Snapshot(
+        cluster=cluster(),
+        pods=tuple(pod(f"demo-mm-{i}", ip=f"127.0.1.{i + 1}") for i in range(3)),
+        leases=(),
+        partitions=(),
+    )
+    result = plan(observe.cluster_state(snap, NOW, desired_mms=3))
+    creates = [c for c in result.changes if isinstance(c, CreatePartition)]
+    fixed = sorted(c.name for c in creates if c.spec.type.value == "fixed")
+    assert fixed == ["demo-fixed-0", "demo-fixed-1", "demo-fixed-2"]
+    assert sum(1 for c in creates if c.spec.type.value == "on-demand") == 3
+    for c in creates:
+        assert c.status.primary is not None and len(set(c.status.replicas)) == len(c.status.replicas) == 2
+
+
+def test_deleted_primary_pod_fails_over_with_epoch_plus_one() -> None:
+    parts = (partition("demo-fixed-0", "demo-mm-0", ["demo-mm-0", "demo-mm-1"], epoch=4),)
+    snap = observe.Snapshot(
+        cluster=cluster(partitions={"fixed": {"count": 1}, "onDemand": {"perMessageManager": 0}}),
+        pods=(pod("demo-mm-0", deletionTimestamp=stamp(NOW)), pod("demo-mm-1"), pod("demo-mm-2")),
+        leases=(),
+        partitions=parts,
+    )
+    result = plan(observe.cluster_state(snap, NOW, desired_mms=3))
+    (update,) = [c for c in result.changes if isinstance(c, UpdatePartitionStatus)]
+    assert update.status.primary == "demo-mm-1" and update.status.epoch == 5
+    assert "demo-mm-0" not in update.status.replicas
+    assert update.status.last_failover is not None and update.status.last_failover.from_ == "demo-mm-0"
+
+
+def test_broker_table_and_cluster_status() -> None:
+    snap = observe.Snapshot(
+        cluster=cluster(partitions={"fixed": {"count": 1}, "onDemand": {"perMessageManager": 0}}),
+        pods=(pod("demo-cm-0", role="cm", ip="127.0.2.1"), pod("demo-mm-0", ip="127.0.1.1", ready=False)),
+        leases=(),
+        partitions=(partition("demo-fixed-0", "demo-mm-0", ["demo-mm-0"]),),
+    )
+    table = observe.broker_table(snap)
+    assert table == [
+        {
+            "name": "demo-cm-0",
+            "role": "cm",
+            "address": f"127.0.2.1:{names.CM_CLIENT_PORT}",
+            "httpAddress": f"127.0.2.1:{names.HTTP_PORT}",
+            "ready": True,
+        },
+        {
+            "name": "demo-mm-0",
+            "role": "mm",
+            "address": f"127.0.1.1:{names.MM_PORT}",
+            "httpAddress": f"127.0.1.1:{names.HTTP_PORT}",
+            "ready": False,
+        },
+    ]
+    state = observe.cluster_state(snap, NOW, desired_mms=1)
+    obs = observe.cluster_observation(state, snap, cm_desired=1, mm_desired=1)
+    status = cluster_status.cluster_status(obs, state, table, {}, 1, NOW, on_demand_expected=False)
+    assert status["observedGeneration"] == 1
+    assert (status["readyConnectionManagers"], status["readyMessageManagers"]) == (1, 0)
+    assert status["partitions"]["fixed"] == 1 and status["partitions"]["active"] == 1
+    conds = {c["type"]: c["status"] for c in status["conditions"]}
+    assert conds == {"Ready": "False", "PartitionsAvailable": "True", "Degraded": "True"}
+    assert not cluster_status.changed(status, dict(status))
+    assert cluster_status.changed(status, {**status, "readyMessageManagers": 1})
+
+
+def test_restarted_mm_is_lost_for_a_round() -> None:
+    from hybridmq_operator.handlers.partitions import Reconciler
+
+    rec = Reconciler("demo", "ns")
+    first = lease("demo-mm-0", NOW)
+    first["spec"]["acquireTime"] = stamp(NOW - timedelta(seconds=30))
+    assert rec.restarted([first]) == frozenset()
+    assert rec.restarted([first]) == frozenset()
+    second = lease("demo-mm-0", NOW)
+    second["spec"]["acquireTime"] = stamp(NOW - timedelta(seconds=1))
+    assert rec.restarted([second]) == frozenset({"demo-mm-0"})
+    mm = observe.observe_mm("demo-mm-0", pod("demo-mm-0"), second, NOW, False, restarted=True)
+    assert not mm.alive and mm.lost_reason == "message manager restarted"
+    assert mm.lost_since == NOW - timedelta(seconds=1)
+    assert rec.restarted([second]) == frozenset()
+
+
+def test_partition_cache_reparses_only_changed_versions() -> None:
+    cache = observe.PartitionCache()
+    a, b = (
+        partition("p-a", "demo-mm-0", ["demo-mm-0"], rv="1"),
+        partition("p-b", "demo-mm-0", ["demo-mm-0"], rv="1"),
+    )
+    first = cache.parse([a, b])
+    again = cache.parse([a, b])
+    assert [x is y for x, y in zip(first, again, strict=True)] == [True, True]
+    b2 = partition("p-b", "demo-mm-1", ["demo-mm-1"], rv="2")
+    third = cache.parse([a, b2])
+    assert third[0] is first[0] and third[1].status is not None and third[1].status.primary == "demo-mm-1"
+    assert len(cache.parse([a])) == 1
