@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -120,11 +121,34 @@ def test_ip_allocation_is_unique_and_not_reused_at_once() -> None:
 
 def test_mount_script_and_hidden_paths() -> None:
     script = mount_script([Mount(Path("/src dir"), "/etc/app", True)], "/")
-    assert "mount --bind '/src dir' /etc/app" in script
+    assert "mount --bind '/src dir' \"$stage/0\"" in script
     assert "mount -o remount,bind,ro /etc/app" in script and script.endswith('exec "$@"')
     assert _is_within("/work/main/.venv/bin/python", "/work")
     assert not _is_within("/work/main/.venv/bin/python", "/data")
     assert not _is_within("/usr/bin/python", "/")
+
+
+def test_a_mount_over_a_sources_parent_does_not_hide_later_sources(tmp_path: Path) -> None:
+    """A pod mounting an emptyDir at /tmp while its other volumes live under /tmp (the cluster dir)."""
+    cluster_dir = tmp_path / "cluster"
+    token_src = cluster_dir / "pods" / "token"
+    token_src.mkdir(parents=True)
+    (token_src / "token").write_text("secret-token")
+    empty = cluster_dir / "pods" / "tmp-volume"
+    empty.mkdir()
+    token_target = tmp_path.parent / f"{tmp_path.name}-sa"
+    token_target.mkdir()
+    mounts = [Mount(empty, str(tmp_path), False), Mount(token_src, str(token_target), True)]
+    unshare = ["unshare", "--mount", "--propagation", "private", "sh", "-c", mount_script(mounts, "/"), "sh"]
+    result = subprocess.run(
+        [*unshare, "sh", "-c", f"cat {token_target}/token; ls -A {tmp_path}"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["secret-token"]  # the token is there; /tmp-like dir is empty
+    assert (token_src / "token").read_text() == "secret-token"  # the host still sees its files
 
 
 def test_hosts_file_names_pods_and_services(tmp_path: Path) -> None:

@@ -237,14 +237,32 @@ def prepare_targets(mounts: list[Mount]) -> None:
             target.touch()
 
 
+# Sources are first bind-mounted here, then from here to their targets: a mount at a target such as
+# /tmp would otherwise hide the sources of the mounts after it (the cluster directory may be in /tmp).
+STAGING_ROOT = Path("/run/localcluster-staging")
+
+
 def mount_script(mounts: list[Mount], workdir: str) -> str:
     """Shell commands that bind-mount everything, cd to `workdir` and exec the container's argv."""
     lines = ["set -e"]
-    for mount in mounts:
-        src, dst = shlex.quote(str(mount.source)), shlex.quote(mount.target)
-        lines.append(f"mount --bind {src} {dst}")
+    if mounts:
+        STAGING_ROOT.mkdir(parents=True, exist_ok=True)
+        lines.append(f"stage=$(mktemp -d {shlex.quote(str(STAGING_ROOT))}/mounts.XXXXXX)")
+    for i, mount in enumerate(mounts):
+        src = shlex.quote(str(mount.source))
+        kind = "-d" if mount.source.is_dir() else "-f"
+        make = f'mkdir "$stage/{i}"' if kind == "-d" else f': > "$stage/{i}"'
+        lines.append(make)
+        lines.append(f'mount --bind {src} "$stage/{i}"')
+    for i, mount in enumerate(mounts):
+        dst = shlex.quote(mount.target)
+        lines.append(f'mount --bind "$stage/{i}" {dst}')
         if mount.read_only:
             lines.append(f"mount -o remount,bind,ro {dst}")
+    for i in range(len(mounts)):
+        lines.append(f'umount "$stage/{i}"')
+    if mounts:
+        lines.append('rm -rf "$stage"')
     lines.append(f"cd {shlex.quote(workdir)}")
     lines.append('exec "$@"')
     return "\n".join(lines)
