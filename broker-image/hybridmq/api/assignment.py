@@ -50,8 +50,9 @@ class PartitionAssignment(BaseModel):
 
     @property
     def writable(self) -> bool:
-        # A Draining on-demand partition keeps taking writes only with acceptWritesAfterFailover.
-        live = self.state in (PartitionState.ACTIVE, PartitionState.DRAINING)
+        # A Draining on-demand partition keeps taking writes only with acceptWritesAfterFailover;
+        # a Migrating fixed partition (failed over, waiting for a replacement replica) serves on.
+        live = self.state in (PartitionState.ACTIVE, PartitionState.MIGRATING, PartitionState.DRAINING)
         return live and self.accept_writes and self.primary is not None
 
 

@@ -102,6 +102,12 @@ def cmd_mm(args: argparse.Namespace) -> None:
 
         run(_run_server(controller_mm(config, args.controller), args.http_bind), args.name)
         return
+    if not args.assignments and _env("ASSIGNMENT_SOURCE") == "kubernetes" and _env("CLUSTER"):
+        # In a pod run by the operator: replicated MM, Lease + report (hybridmq.broker.kube_wiring).
+        from hybridmq.broker.kube_wiring import kube_mm
+
+        run(_run_server(kube_mm(config), args.http_bind), args.name)
+        return
     run(_run_server(MessageManager(config, _source(args.assignments)), args.http_bind), args.name)
 
 
@@ -125,6 +131,10 @@ def cmd_cm(args: argparse.Namespace) -> None:
         cm = controller_cm(
             config, args.controller, CredentialStore.load(args.credentials), AclTable.load(args.acl)
         )
+    elif not args.assignments and _env("ASSIGNMENT_SOURCE") == "kubernetes" and _env("CLUSTER"):
+        from hybridmq.broker.kube_wiring import kube_cm  # fast re-routing on primary moves
+
+        cm = kube_cm(config, CredentialStore.load(args.credentials), AclTable.load(args.acl))
     run(_run_server(cm, args.http_bind), args.name)
 
 
@@ -246,6 +256,11 @@ def main(argv: list[str] | None = None) -> None:
     lo.add_argument("--dir", default=".hybridmq-local")
     lo.add_argument("--port", type=int, default=7000)
     lo.add_argument("--fsync", choices=["group", "always", "never"], default="group")
+    # Issue 4: replication + failover through the local controller; process controls.
+    lo.add_argument("action", nargs="*", help="kill|start <mm> or state, against a running cluster")
+    lo.add_argument("--replicas", type=int, help="replicated partitions planned by the local controller")
+    lo.add_argument("--fixed", type=int, help="fixed partitions (with --replicas; default: --mms)")
+    lo.add_argument("--signal", default="KILL", choices=["KILL", "STOP", "CONT", "TERM"])
     lo.set_defaults(func=_cmd_local)
 
     hp = sub.add_parser("hash-password", help="print a user:pbkdf2$... line for a credentials file")
@@ -295,6 +310,11 @@ async def _admin(args: argparse.Namespace) -> None:
 
 
 def _cmd_local(args: argparse.Namespace) -> None:
+    if args.action or args.replicas:  # issue 4: hybridmq.local.command
+        from hybridmq.local.command import run as run_replicated
+
+        run_replicated(args)
+        return
     from hybridmq.local.runner import LocalCluster
 
     cluster = LocalCluster(

@@ -326,6 +326,7 @@ class Producer:
         try:
             async with self._move_lock:
                 if frame["p"] == self.partition:
+                    await asyncio.sleep(0.02)  # bounded pace if the CM's view lags (moves again)
                     reply = await self.conn.request(
                         {"t": FrameType.OPEN_PRODUCER, "ptype": str(PartitionType.ON_DEMAND)}
                     )

@@ -55,6 +55,14 @@ class Heartbeat:
             return False
         return self.source is None or self.source.version >= self.required_version
 
+    def catching_up(self) -> bool:
+        """Valid but for a table version not applied yet (it normally arrives within ms)."""
+        return (
+            time.monotonic() < self.deadline
+            and self.source is not None
+            and self.source.version < self.required_version
+        )
+
     def remaining_s(self) -> float:
         return max(0.0, self.deadline - time.monotonic())
 

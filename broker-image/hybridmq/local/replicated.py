@@ -113,7 +113,8 @@ class ReplicatedLocalCluster(LocalCluster):
             runner.wait_port = _wait_port
         for name in self.mm_names:
             _wait_port(self.mm_ports[name])
-        self.start_cm()
+        for cm in self.cm_names:
+            self.start_cm(cm)
         self.wait_linked()
 
     def stop(self) -> None:
@@ -136,6 +137,11 @@ class ReplicatedLocalCluster(LocalCluster):
 
     def state(self) -> dict[str, Any]:
         return self.controller.snapshot()
+
+    def wait(self) -> None:
+        """Serve until interrupted (an MM killed on purpose does not end the cluster)."""
+        while True:
+            time.sleep(0.5)
 
     def mm_stats(self, name: str) -> dict[str, Any]:
         """The MM's own ``/admin`` stats (roles, epochs, high watermarks, delivery states)."""

@@ -21,8 +21,8 @@ class FailoverConnectionManager(ConnectionManager):
     _primaries: dict[str, str | None]
 
     async def start(self) -> None:
+        await super().start()  # starts the source: the first table is in
         self._primaries = {n: a.primary for n, a in self.source.partitions().items()}
-        await super().start()
         self.source.subscribe(self._on_table)
 
     def _on_table(self) -> None:

@@ -371,7 +371,11 @@ class ConnectionManager:
             return None
         frame["d"] = dest
         frame["e"] = a.epoch
-        fut = link.conn.request_nowait(frame)
+        try:
+            fut = link.conn.request_nowait(frame)
+        except ConnectionClosed:  # the MM went away a moment ago: the producer resends
+            session.conn.reply_error(frame, ErrorCode.MM_UNAVAILABLE, f"primary of {a.name} unavailable")
+            return None
         fut.add_done_callback(partial(self._produced, session, corr))
         self.produced_batches += 1
         if link.conn.write_buffer_size > HIGH_WATER:

@@ -168,9 +168,14 @@ class PartitionHost:
                     await self.commit_waiter(end)
                 self.storage.visible_end = max(self.storage.visible_end, end)
             except Exception as exc:
-                log.exception("flush failed on %s", self.name)
+                # Replication (issue 4) fails a commit with a retriable ``frame_code`` (NOT_PRIMARY,
+                # MM_UNAVAILABLE): the producers resend and the sequence numbers drop duplicates.
+                code = getattr(exc, "frame_code", None)
+                if code is None:
+                    log.exception("flush failed on %s", self.name)
                 acks = [
-                    (c, error_frame(ErrorCode.INTERNAL, f"flush failed: {exc}", f.get("r"))) for c, f in acks
+                    (c, error_frame(code or ErrorCode.INTERNAL, f"not acknowledged: {exc}", f.get("r")))
+                    for c, f in acks
                 ]
             for conn, reply in acks:
                 if not conn.closed:

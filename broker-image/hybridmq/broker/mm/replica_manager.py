@@ -1,0 +1,482 @@
+"""Glue between the MM server and ``hybridmq.broker.replication``: one role per partition replica.
+
+For every partition whose ``replicas`` name this MM, as its ``AssignmentSource`` says:
+
+* **primary** at epoch E: the log is wrapped in a ``PartitionPrimary`` (fencing, in-sync set, high
+  watermark) and served by a ``ReplicatedPartitionHost``: a produce is appended only while the
+  lease is valid and ``min_in_sync`` replicas are in sync, and acknowledged only once the high
+  watermark covers it (``commit_waiter``) and the lease is still valid. Backup fetches arriving as
+  REPLICA_* frames are answered by the ``PartitionPrimary``. In-sync changes are proposed to the
+  controller (``alter_in_sync``: report through the heartbeat, then wait for the new table).
+* **backup**: a ``BackupFetcher`` pulls from the primary MM over ``TcpPrimaryTransport``
+  (truncation on an epoch change, snapshot + tail catch-up). No host: consumers never read a backup.
+* Role changes: promotion stops the fetcher and opens a host on the same log; demotion fails every
+  pending acknowledgement (NOT_PRIMARY), halts the host and starts a fetcher, which truncates the
+  uncommitted tail. A partition no longer in the table is closed and its data deleted.
+
+``report()`` is the ``MMReport`` (``hybridmq.api.lease_report``) the liveness channel carries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from hybridmq.api.assignment import PartitionAssignment
+from hybridmq.api.frames import ErrorCode, FrameType
+from hybridmq.api.lease_report import MMReport, PartitionReport
+from hybridmq.broker.log.config import LogConfig
+from hybridmq.broker.log.errors import StaleEpochError
+from hybridmq.broker.mm.replica_transport import (
+    REPLICA_EPOCH_END,
+    REPLICA_FETCH,
+    REPLICA_SNAPSHOT,
+    PeerLinks,
+    TcpPrimaryTransport,
+)
+from hybridmq.broker.mm.replicated_host import CommitError, ReplicatedPartitionHost
+from hybridmq.broker.mm.storage import PartitionStorage
+from hybridmq.broker.protocol import Connection
+from hybridmq.broker.replication import (
+    BackupFetcher,
+    EpochEndOffsetRequest,
+    EpochEndOffsetResponse,
+    FetchRequest,
+    FetchResponse,
+    NotPrimaryError,
+    PartitionPrimary,
+    ReplicationError,
+    Snapshot,
+    SnapshotRequest,
+    from_wire,
+    to_wire,
+)
+from hybridmq.broker.replication import ErrorCode as ReplicationCode
+
+if TYPE_CHECKING:
+    from hybridmq.broker.mm.server import MessageManager
+
+log = logging.getLogger(__name__)
+
+
+async def _cancel_all(tasks: list[asyncio.Task[None]]) -> None:
+    """Cancel and reap ``tasks``, cancelling again if one swallowed it (Python 3.11's ``wait_for``
+    can lose a cancellation that races with the awaited event)."""
+    for _ in range(10):
+        pending = [t for t in tasks if not t.done()]
+        if not pending:
+            break
+        for t in pending:
+            t.cancel()
+        await asyncio.wait(pending, timeout=0.5)
+    tasks.clear()
+
+
+def visible_backlog(host: ReplicatedPartitionHost) -> int:
+    """Records consumers still have to get: up to the visible end (the cursor records the host
+    appends after the last data stay invisible until the next produce and do not count)."""
+    if not host.states:
+        return 0
+    end = min(host.storage.visible_end, host.storage.end_offset)
+    return max(0, end - min(s.lw() for s in host.states.values()))
+
+
+# The MM's lease: the local controller's ``Heartbeat`` (``valid()``) or the Kubernetes
+# ``LeaseRenewer`` (``valid`` property). An optional ``trigger()`` sends the next renewal (with the
+# report) at once: an in-sync change.
+Liveness = Any
+
+
+def lease_valid(liveness: Liveness | None) -> bool:
+    if liveness is None:
+        return True
+    valid = liveness.valid
+    return bool(valid() if callable(valid) else valid)
+
+
+@dataclass
+class Replica:
+    name: str
+    role: str = "none"  # "primary" | "backup" | "none"
+    epoch: int = -1
+    storage: PartitionStorage | None = None
+    leader: PartitionPrimary | None = None
+    host: ReplicatedPartitionHost | None = None
+    fetcher: BackupFetcher | None = None
+    primary_mm: str | None = None
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+
+class ReplicaManager:
+    def __init__(
+        self,
+        mm: MessageManager,
+        *,
+        liveness: Liveness | None = None,
+        lag_time_ms: float = 3000,
+        commit_timeout_s: float = 5.0,
+        fetch_max_wait_ms: int = 500,
+    ) -> None:
+        self.mm = mm
+        self.me = mm.config.name
+        self.liveness = liveness
+        self.lag_time_ms = lag_time_ms
+        self.commit_timeout_s = commit_timeout_s
+        self.fetch_max_wait_ms = fetch_max_wait_ms
+        self.replicas: dict[str, Replica] = {}
+        self.links = PeerLinks(self.me, self._address_of, mm.config.cluster_token, mm.config.max_frame)
+        self._dirty = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._serving: set[asyncio.Task[None]] = set()
+        self.step = "idle"  # what the reconciler is doing (stats)
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._reconcile_loop())
+        self.changed()
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        for r in list(self.replicas.values()):
+            await self._stop_backup(r)
+            if r.leader is not None:
+                r.leader.close()
+            elif r.storage is not None and not r.storage.log.closed:
+                # A backup's log (a primary's host closes its own when the MM stops).
+                try:
+                    await asyncio.wait_for(asyncio.shield(r.storage.aclose()), 5)
+                except (Exception, asyncio.CancelledError):
+                    r.storage.close()
+        self.links.close()
+
+    def changed(self) -> None:
+        """The assignment table changed: reconcile (serialized, in the background)."""
+        self._dirty.set()
+
+    async def _reconcile_loop(self) -> None:
+        while True:
+            await self._dirty.wait()
+            self._dirty.clear()
+            try:
+                async with asyncio.timeout(10):
+                    await self.reconcile()
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    raise  # the MM is stopping
+                log.exception("reconciling replicas was cancelled at %s", self.step)
+                self._dirty.set()
+            except Exception:
+                log.exception("reconciling replicas failed at %s", self.step)
+                await asyncio.sleep(0.2)
+                self._dirty.set()
+
+    async def reconcile(self) -> None:
+        table = self.mm.source.partitions()
+        for name, a in sorted(table.items()):
+            self.step = f"{name}: {a.primary}@{a.epoch}"
+            if a.primary == self.me:
+                await self._be_primary(a)
+            elif self.me in a.replicas:
+                await self._be_backup(a)
+            elif name in self.replicas:
+                await self._be_none(name, delete=False)
+        for name in [n for n in self.replicas if n not in table]:
+            self.step = f"{name}: removed"
+            await self._be_none(name, delete=True)
+        self.step = "idle"
+        self.mm.wake()
+
+    def _address_of(self, peer: str) -> str | None:
+        entry = self.mm.source.brokers().get(peer)
+        return entry.address if entry is not None else None
+
+    def _open_storage(self, name: str) -> PartitionStorage:
+        c = self.mm.config
+        return PartitionStorage.open(
+            c.data_dir / name,
+            LogConfig(
+                fsync=c.fsync,  # type: ignore[arg-type]
+                group_commit_max_delay_ms=c.group_commit_ms,
+                segment_bytes=c.segment_bytes,
+                max_batch_bytes=c.max_frame + 1024,
+            ),
+            cache_bytes=c.cache_bytes,
+        )
+
+    # -- roles -----------------------------------------------------------------------------------
+    async def _be_primary(self, a: PartitionAssignment) -> None:
+        r = self.replicas.setdefault(a.name, Replica(a.name))
+        if r.role == "primary" and r.epoch == a.epoch and r.leader is not None and r.host is not None:
+            r.leader.update_assignment(replicas=a.replicas, in_sync=a.in_sync, min_in_sync=a.min_in_sync)
+            r.host.writable = a.writable
+            return
+        await self._stop_backup(r)
+        await self._stop_primary(r)
+        if r.storage is None:
+            storage = self._open_storage(a.name)
+        else:  # a fresh cache: a backup's log may have been truncated under the old one
+            storage = PartitionStorage(r.storage.log, self.mm.config.cache_bytes)
+        r.storage = storage
+        alter = self._alter_in_sync(a.name, a.epoch) if self.liveness is not None else None
+        try:
+            leader = PartitionPrimary(
+                storage.log,
+                partition=a.name,
+                replica_id=self.me,
+                epoch=a.epoch,
+                replicas=a.replicas or (self.me,),
+                in_sync=a.in_sync or (self.me,),
+                min_in_sync=a.min_in_sync,
+                lag_time_ms=self.lag_time_ms,
+                lease_valid=(lambda: lease_valid(self.liveness)) if self.liveness is not None else None,
+                alter_in_sync=alter,
+            )
+        except StaleEpochError:
+            log.error("%s: the log has seen an epoch newer than %d; not serving it", a.name, a.epoch)
+            r.role, r.epoch = "none", a.epoch
+            return
+        c = self.mm.config
+        host = ReplicatedPartitionHost(
+            a.name,
+            storage,
+            a.epoch,
+            max_backlog=c.max_backlog,
+            max_redeliveries=c.max_redeliveries,
+            wake=self.mm.wake,
+        )
+        host.retention_interval = c.retention_interval
+        host.recover()
+        host.writable = a.writable
+        host.guard = lambda frame: self._guard(leader, frame)
+        host.commit_waiter = lambda end: self._commit(leader, end)
+        host.start()
+        r.tasks.append(asyncio.create_task(leader.run_maintenance(max(self.lag_time_ms / 4000, 0.05))))
+        r.leader, r.host, r.role, r.epoch, r.primary_mm = leader, host, "primary", a.epoch, self.me
+        self.mm.hosts[a.name] = host
+        for link in self.mm.links.values():
+            for pattern, mode, durable in getattr(link, "subscriptions", []):
+                host.attach(link, pattern, mode, durable)
+        log.info("%s: primary at epoch %d (replicas %s)", a.name, a.epoch, ",".join(a.replicas))
+
+    async def _be_backup(self, a: PartitionAssignment) -> None:
+        r = self.replicas.setdefault(a.name, Replica(a.name))
+        if r.role == "primary":
+            await self._stop_primary(r)
+        if r.storage is None:
+            r.storage = self._open_storage(a.name)
+        if a.primary is None:
+            await self._stop_backup(r)
+            r.role, r.epoch = "backup", a.epoch
+            return
+        transport = TcpPrimaryTransport(self.links, a.primary)
+        if r.role == "backup" and r.fetcher is not None:
+            if r.primary_mm != a.primary:
+                r.fetcher.update(epoch=a.epoch, transport=transport)
+            elif a.epoch != r.epoch:
+                r.fetcher.update(epoch=a.epoch)
+        else:
+            r.fetcher = BackupFetcher(
+                r.storage.log,
+                partition=a.name,
+                replica_id=self.me,
+                epoch=a.epoch,
+                transport=transport,
+                max_wait_ms=self.fetch_max_wait_ms,
+                retry_backoff_ms=50,
+            )
+            r.tasks.append(asyncio.create_task(r.fetcher.run()))
+            log.info("%s: backup of %s at epoch %d", a.name, a.primary, a.epoch)
+        r.role, r.epoch, r.primary_mm = "backup", a.epoch, a.primary
+
+    async def _be_none(self, name: str, *, delete: bool) -> None:
+        r = self.replicas.pop(name, None)
+        if r is None:
+            return
+        await self._stop_backup(r)
+        await self._stop_primary(r)
+        if r.storage is not None:
+            try:
+                await asyncio.wait_for(asyncio.shield(r.storage.aclose()), 5)
+            except (Exception, asyncio.CancelledError):
+                log.warning("closing %s did not finish cleanly; closing synchronously", name, exc_info=True)
+                r.storage.close()
+        if delete:
+            shutil.rmtree(self.mm.config.data_dir / name, ignore_errors=True)
+        log.info("%s: no longer a replica here%s", name, " (data deleted)" if delete else "")
+
+    async def _stop_primary(self, r: Replica) -> None:
+        if r.leader is not None:
+            r.leader.close()  # fails pending acknowledgements: the clients resend elsewhere
+        if r.host is not None:
+            host = r.host
+            if self.mm.hosts.get(r.name) is host:
+                del self.mm.hosts[r.name]
+            for link in self.mm.links.values():
+                host.detach(link)
+            await host.halt()
+        await _cancel_all(r.tasks)
+        r.leader, r.host = None, None
+        if r.role == "primary":
+            r.role = "none"
+
+    async def _stop_backup(self, r: Replica) -> None:
+        if r.fetcher is not None:
+            await r.fetcher.stop()
+            await _cancel_all(r.tasks)
+            r.fetcher = None
+        if r.role == "backup":
+            r.role = "none"
+
+    # -- primary hooks -----------------------------------------------------------------------------
+    def _guard(self, leader: PartitionPrimary, frame: dict[str, Any]) -> tuple[ErrorCode, str] | None:
+        pid = frame.get("pid")
+        if (
+            pid is not None
+            and int(pid) >= 0
+            and int(frame.get("seq", -1)) > 0
+            and leader.log.producer_state.get(int(pid)) is None
+        ):
+            # Resends after a failover may arrive out of order: a producer this partition has never
+            # stored must begin with its first batch, else a later batch would be taken as the
+            # start and the first one dropped as an "old" duplicate.
+            return (
+                ErrorCode.OUT_OF_ORDER_SEQUENCE,
+                f"{leader.partition}: unknown producer {pid}: its first batch must come first",
+            )
+        if not leader.writable:
+            return ErrorCode.NOT_PRIMARY, f"{leader.partition}: not primary (lease lost or stepped down)"
+        if len(leader.in_sync) < leader.min_in_sync:
+            return (
+                ErrorCode.MM_UNAVAILABLE,
+                f"{leader.partition}: {len(leader.in_sync)} replicas in sync, {leader.min_in_sync} required",
+            )
+        return None
+
+    async def _commit(self, leader: PartitionPrimary, end: int) -> None:
+        try:
+            async with asyncio.timeout(self.commit_timeout_s):
+                await leader.wait_committed(end)
+        except NotPrimaryError as exc:
+            raise CommitError(ErrorCode.NOT_PRIMARY, str(exc)) from None
+        except (ReplicationError, TimeoutError) as exc:
+            raise CommitError(ErrorCode.MM_UNAVAILABLE, f"not replicated: {exc!r}") from None
+        for _ in range(10):  # a table update in flight (lease waiting for it): give it ~0.2 s
+            if leader.writable or not self._lease_catching_up():
+                break
+            await asyncio.sleep(0.02)
+        if not leader.writable:
+            # The lease must still hold when the acknowledgements go out.
+            raise CommitError(ErrorCode.NOT_PRIMARY, f"{leader.partition}: lease lost before acknowledging")
+
+    def _lease_catching_up(self) -> bool:
+        """The lease is only waiting for this MM to apply the controller's newest table."""
+        catching_up = getattr(self.liveness, "catching_up", None)
+        return bool(catching_up()) if callable(catching_up) else False
+
+    def _alter_in_sync(self, name: str, epoch: int) -> Callable[[frozenset[str]], Awaitable[bool]]:
+        async def alter(proposal: frozenset[str]) -> bool:
+            trigger = getattr(self.liveness, "trigger", None)
+            if callable(trigger):
+                trigger()
+            for _ in range(100):  # ~2 s
+                a = self.mm.source.partitions().get(name)
+                if a is None or a.epoch != epoch:
+                    return False
+                if frozenset(a.in_sync) == proposal:
+                    return True
+                await asyncio.sleep(0.02)
+            return False
+
+        return alter
+
+    # -- replica requests from backups ---------------------------------------------------------------
+    def handle(self, conn: Connection, frame: dict[str, Any]) -> None:
+        task = asyncio.create_task(self._serve(conn, frame))
+        self._serving.add(task)
+        task.add_done_callback(self._serving.discard)
+
+    async def _serve(self, conn: Connection, frame: dict[str, Any]) -> None:
+        t = frame["t"]
+        m = dict(frame.get("m") or {})
+        r = self.replicas.get(str(m.get("partition", "")))
+        leader = r.leader if r is not None and r.role == "primary" else None
+        reply: Any
+        try:
+            if t == REPLICA_FETCH:
+                fetch = from_wire(FetchRequest, m)
+                reply = (
+                    await leader.handle_fetch(fetch)
+                    if leader is not None
+                    else FetchResponse(fetch.partition, -1, ReplicationCode.NOT_PRIMARY)
+                )
+            elif t == REPLICA_EPOCH_END:
+                req = from_wire(EpochEndOffsetRequest, m)
+                reply = (
+                    leader.handle_end_offset_for_epoch(req)
+                    if leader is not None
+                    else EpochEndOffsetResponse(req.partition, -1, ReplicationCode.NOT_PRIMARY)
+                )
+            elif t == REPLICA_SNAPSHOT:
+                sreq = from_wire(SnapshotRequest, m)
+                reply = (
+                    leader.handle_snapshot(sreq)
+                    if leader is not None
+                    else Snapshot(sreq.partition, -1, ReplicationCode.NOT_PRIMARY)
+                )
+            else:
+                conn.reply_error(frame, ErrorCode.INVALID_REQUEST, f"unexpected frame type {t}")
+                return
+        except (KeyError, TypeError, ValueError) as exc:
+            conn.reply_error(frame, ErrorCode.INVALID_REQUEST, f"bad replica request: {exc}")
+            return
+        if not conn.closed:
+            conn.reply(frame, {"t": FrameType.OK, "m": to_wire(reply)})
+
+    # -- reporting -------------------------------------------------------------------------------
+    def report(self) -> dict[str, Any]:
+        partitions: dict[str, PartitionReport] = {}
+        for name, r in self.replicas.items():
+            if r.storage is None or r.storage.log.closed:
+                continue
+            leo = r.storage.log.log_end_offset
+            if r.role == "primary" and r.leader is not None and r.host is not None:
+                leader = r.leader
+                in_sync = leader.proposed_in_sync or leader.in_sync
+                partitions[name] = PartitionReport(
+                    role="primary",
+                    epoch=r.epoch,
+                    log_end_offset=leo,
+                    committed_offset=max(leader.high_watermark, 0),
+                    in_sync=sorted(in_sync),
+                    backlog=visible_backlog(r.host),
+                    producers=0,
+                )
+            else:
+                partitions[name] = PartitionReport(role="backup", epoch=max(r.epoch, 0), log_end_offset=leo)
+        return MMReport(partitions=partitions).model_dump(mode="json")
+
+    def stats(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"_reconciling": self.step}
+        for name, r in self.replicas.items():
+            entry: dict[str, Any] = {"role": r.role, "epoch": r.epoch}
+            if r.leader is not None:
+                entry.update(r.leader.report())
+            if r.fetcher is not None:
+                entry.update(
+                    {
+                        "fetcher": str(r.fetcher.state),
+                        "high_watermark": r.fetcher.high_watermark,
+                        "log_end_offset": r.fetcher.log.log_end_offset,
+                        "primary": r.primary_mm,
+                        "caught_up": r.fetcher.caught_up,
+                    }
+                )
+            out[name] = entry
+        return out

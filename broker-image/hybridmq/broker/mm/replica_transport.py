@@ -1,0 +1,128 @@
+"""Replication between MMs over the binary protocol: frame types, peer links, the backup's transport.
+
+A backup MM opens one connection per primary MM (``HELLO role=mm``, the cluster token as password)
+and sends, pipelined on it:
+
+=================  ==============================================================================
+REPLICA_FETCH      c, m (``FetchRequest`` as ``to_wire`` dict) -> OK {r, m: ``FetchResponse``}
+REPLICA_EPOCH_END  c, m (``EpochEndOffsetRequest``) -> OK {r, m: ``EpochEndOffsetResponse``}
+REPLICA_SNAPSHOT   c, m (``SnapshotRequest``) -> OK {r, m: ``Snapshot``}
+=================  ==============================================================================
+
+Every request carries the partition epoch (``m.epoch``); the primary refuses older ones
+(``FENCED_EPOCH``) and steps down on a newer one. Errors travel inside the response (``m.error``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from hybridmq.api.frames import PROTOCOL_VERSION, FrameType
+from hybridmq.broker.protocol import Connection, RemoteError, open_connection
+from hybridmq.broker.protocol.connection import ConnectionClosed
+from hybridmq.broker.replication import (
+    EpochEndOffsetRequest,
+    EpochEndOffsetResponse,
+    FetchRequest,
+    FetchResponse,
+    Snapshot,
+    SnapshotRequest,
+    from_wire,
+    to_wire,
+)
+
+log = logging.getLogger(__name__)
+
+REPLICA_FETCH = 60
+REPLICA_EPOCH_END = 61
+REPLICA_SNAPSHOT = 62
+REPLICA_FRAMES = frozenset({REPLICA_FETCH, REPLICA_EPOCH_END, REPLICA_SNAPSHOT})
+
+
+class PeerLinks:
+    """Connections from this MM to the other MMs, opened on demand and reopened after a failure."""
+
+    def __init__(
+        self, node: str, address_of: Callable[[str], str | None], token: str | None, max_frame: int
+    ) -> None:
+        self.node = node
+        self.address_of = address_of
+        self.token = token
+        self.max_frame = max_frame
+        self._conns: dict[str, Connection] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._runners: set[asyncio.Task[None]] = set()
+
+    async def _conn(self, peer: str) -> Connection:
+        conn = self._conns.get(peer)
+        if conn is not None and not conn.closed:
+            return conn
+        async with self._locks.setdefault(peer, asyncio.Lock()):
+            conn = self._conns.get(peer)
+            if conn is not None and not conn.closed:
+                return conn
+            address = self.address_of(peer)
+            if not address:
+                raise ConnectionError(f"no address for {peer}")
+            host, _, port = address.rpartition(":")
+            hello = {
+                "t": FrameType.HELLO,
+                "v": PROTOCOL_VERSION,
+                "id": self.node,
+                "role": "mm",
+                "user": "mm",
+                "password": self.token,
+            }
+            fresh, _ = await asyncio.wait_for(
+                open_connection(host, int(port), hello, self.max_frame, name=f"{self.node}->{peer}"), 2.0
+            )
+            runner = asyncio.create_task(fresh.run())
+            self._runners.add(runner)
+            runner.add_done_callback(self._runners.discard)
+            self._conns[peer] = fresh
+            return fresh
+
+    async def request(self, peer: str, frame: dict[str, Any], timeout: float) -> dict[str, Any]:  # noqa: ASYNC109
+        conn = await self._conn(peer)
+        try:
+            reply = await conn.request(frame, timeout)
+        except (ConnectionClosed, RemoteError) as exc:
+            raise ConnectionError(f"{peer}: {exc}") from None
+        except TimeoutError:
+            conn.close()  # a frozen peer: do not let requests pile up behind it
+            raise
+        return dict(reply["m"])
+
+    def close(self) -> None:
+        for conn in self._conns.values():
+            conn.close()
+        self._conns.clear()
+        for runner in list(self._runners):
+            runner.cancel()
+
+
+class TcpPrimaryTransport:
+    """A ``PrimaryTransport`` (see ``hybridmq.broker.replication.backup``) to one primary MM."""
+
+    def __init__(self, links: PeerLinks, peer: str, *, timeout_s: float = 3.0) -> None:
+        self.links = links
+        self.peer = peer
+        self.timeout_s = timeout_s
+
+    async def fetch(self, request: FetchRequest) -> FetchResponse:
+        timeout = self.timeout_s + request.max_wait_ms / 1000.0
+        data = await self.links.request(self.peer, {"t": REPLICA_FETCH, "m": to_wire(request)}, timeout)
+        return from_wire(FetchResponse, data)
+
+    async def end_offset_for_epoch(self, request: EpochEndOffsetRequest) -> EpochEndOffsetResponse:
+        data = await self.links.request(
+            self.peer, {"t": REPLICA_EPOCH_END, "m": to_wire(request)}, self.timeout_s
+        )
+        return from_wire(EpochEndOffsetResponse, data)
+
+    async def snapshot(self, request: SnapshotRequest) -> Snapshot:
+        data = await self.links.request(self.peer, {"t": REPLICA_SNAPSHOT, "m": to_wire(request)}, 30.0)
+        return from_wire(Snapshot, data)

@@ -1,0 +1,66 @@
+"""``hybridmq local`` with replication and failover (issue 4), and its process controls.
+
+* ``hybridmq local --mms 3 --replicas 2 [--fixed N] [--on-demand-per-mm K]``: 1 CM + N MMs as
+  subprocesses, partitions planned by the in-process controller (operator planner, 1 s lease);
+  the controller URL is written to ``<dir>/controller.json``.
+* ``hybridmq local kill mm-1 [--signal KILL|STOP|CONT|TERM]``, ``hybridmq local start mm-1``,
+  ``hybridmq local state``: talk to the running one (same ``--dir``) through the controller's HTTP API
+  (``POST /kill/<mm>?signal=…``, ``POST /start/<mm>``, ``GET /state``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import urllib.request
+from pathlib import Path
+
+
+def control(args: argparse.Namespace) -> None:
+    action, *rest = args.action
+    url = json.loads((Path(args.dir) / "controller.json").read_text())["url"]
+    if action == "state":
+        with urllib.request.urlopen(f"{url}/state", timeout=10) as resp:
+            print(json.dumps(json.loads(resp.read()), indent=1))
+        return
+    if action not in ("kill", "start") or len(rest) != 1:
+        raise SystemExit("usage: hybridmq local kill|start <mm> [--signal KILL|STOP|CONT|TERM] | state")
+    path = f"/kill/{rest[0]}?signal={args.signal}" if action == "kill" else f"/start/{rest[0]}"
+    req = urllib.request.Request(url + path, method="POST")
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        print(resp.read().decode())
+
+
+def run(args: argparse.Namespace) -> None:
+    if args.action:
+        control(args)
+        return
+    from hybridmq.local.replicated import ReplicatedLocalCluster
+
+    cluster = ReplicatedLocalCluster(
+        Path(args.dir),
+        mms=args.mms,
+        replicas=args.replicas or 1,
+        fixed=args.fixed,
+        on_demand_per_mm=args.on_demand_per_mm,
+        cm_port=args.port,
+        fsync=args.fsync,
+    )
+
+    def interrupt(*_: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
+    cluster.start()
+    print(
+        f"hybridmq local: CM at {cluster.bootstrap}, controller at {cluster.controller_url} "
+        f"({args.mms} MMs, {args.replicas} replicas); Ctrl-C to stop",
+        flush=True,
+    )
+    try:
+        cluster.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        cluster.stop()

@@ -1,0 +1,82 @@
+"""The broker-only controller's liveness rules and planning, without processes or HTTP."""
+
+from __future__ import annotations
+
+from hybridmq.api.assignment import BrokerEntry, BrokerRole
+from hybridmq.api.lease_report import MMReport, PartitionReport
+from hybridmq.local.controller import LocalController
+from hybridmq.local.replicated import cluster_spec
+
+MMS = ["mm-0", "mm-1", "mm-2"]
+
+
+def _controller() -> LocalController:
+    brokers = [BrokerEntry(name=m, role=BrokerRole.MM, address="127.0.0.1:1") for m in MMS]
+    return LocalController(
+        MMS, brokers, spec=cluster_spec(fixed=2, replicas=2, on_demand_per_mm=0), startup_grace_s=0
+    )
+
+
+def _beat_all(c: LocalController, incarnation: str = "a") -> None:
+    for m in MMS:
+        reports = {}
+        for a in c.assignments:
+            if m in a.replicas:
+                role = "primary" if a.primary == m else "backup"
+                reports[a.name] = PartitionReport(
+                    role=role,
+                    epoch=a.epoch,
+                    log_end_offset=10,
+                    in_sync=list(a.in_sync) if role == "primary" else [],
+                )
+        c.heartbeat(m, incarnation, MMReport(partitions=reports))
+
+
+def test_lapsed_heartbeat_fails_the_primary_over_at_the_next_epoch() -> None:
+    c = _controller()
+    _beat_all(c)
+    c.tick()
+    before = {a.name: a for a in c.assignments}
+    victim = before["local-fixed-0"].primary
+    assert victim is not None
+    c.last_seen[victim] -= 5.0  # its lease (1 s) lapsed
+    version = c.version
+    c.tick()
+    after = {a.name: a for a in c.assignments}["local-fixed-0"]
+    assert c.version > version
+    assert after.epoch == before["local-fixed-0"].epoch + 1
+    assert after.primary in before["local-fixed-0"].in_sync and after.primary != victim
+    assert victim not in after.replicas and victim not in c.live
+
+
+def test_a_restarted_process_is_a_loss_even_within_the_lease() -> None:
+    c = _controller()
+    _beat_all(c)
+    c.tick()
+    victim = {a.name: a for a in c.assignments}["local-fixed-0"].primary
+    assert victim is not None
+    c.heartbeat(victim, "b", None)  # a new incarnation behind the same name
+    c.tick()
+    after = {a.name: a for a in c.assignments}["local-fixed-0"]
+    assert after.primary != victim and after.epoch == 1
+    c.tick()
+    assert victim in c.live  # and it is back (as a backup, nothing moved back)
+    assert {a.name: a for a in c.assignments}["local-fixed-0"].primary != victim
+
+
+def test_a_proposed_in_sync_set_is_committed() -> None:
+    c = _controller()
+    _beat_all(c)
+    c.tick()
+    a = {x.name: x for x in c.assignments}["local-fixed-0"]
+    assert a.primary is not None
+    backup = a.backups[0]
+    report = MMReport(
+        partitions={
+            a.name: PartitionReport(role="primary", epoch=a.epoch, log_end_offset=10, in_sync=[a.primary])
+        }
+    )
+    c.heartbeat(a.primary, "a", report)
+    c.tick()
+    assert {x.name: x for x in c.assignments}[a.name].in_sync == (a.primary,)
+    assert backup in {x.name: x for x in c.assignments}[a.name].replicas
