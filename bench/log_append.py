@@ -5,6 +5,10 @@ Each of ``--producers`` asyncio tasks appends batches of ``--batch-records`` rec
 (``flush_until``) before its next append, as an acknowledged producer would. Then the whole log is
 read back in ``--read-bytes`` chunks, as consumers and follower fetches do.
 
+With ``--backups N`` the appends go through ``PartitionPrimary.produce`` with ``min_in_sync =
+N + 1`` and N in-process ``BackupFetcher``s (``LocalTransport``, no network) copy the log, so an
+acknowledgement waits for every copy: the replication machinery's own cost.
+
 Appends a JSON line to bench/results/log_append.jsonl and ends with one key=value line:
 ``batches_per_s=… records_per_s=… mb_per_s=… fsyncs=… read_mb_per_s=…``.
 
@@ -24,11 +28,19 @@ import time
 from pathlib import Path
 
 from hybridmq.broker.log import LogConfig, PartitionLog, iter_headers
+from hybridmq.broker.replication import BackupFetcher, LocalTransport, PartitionPrimary
 
 RESULTS = Path(__file__).resolve().parent / "results" / "log_append.jsonl"
 
 
-async def produce(log: PartitionLog, payload: bytes, records: int, producers: int, seconds: float) -> int:
+async def produce(
+    log: PartitionLog,
+    payload: bytes,
+    records: int,
+    producers: int,
+    seconds: float,
+    primary: PartitionPrimary | None = None,
+) -> int:
     stop = time.perf_counter() + seconds
     count = 0
 
@@ -36,10 +48,13 @@ async def produce(log: PartitionLog, payload: bytes, records: int, producers: in
         nonlocal count
         seq = 0
         while time.perf_counter() < stop:
-            result = log.append(payload, records, 0, producer_id=pid, base_sequence=seq)
+            if primary is not None:
+                await primary.produce(payload, records, epoch=1, producer_id=pid, base_sequence=seq)
+            else:
+                result = log.append(payload, records, 0, producer_id=pid, base_sequence=seq)
+                await log.flush_until(result.end_offset)
             seq += records
             count += 1
-            await log.flush_until(result.end_offset)
 
     await asyncio.gather(*(producer(p) for p in range(producers)))
     return count
@@ -68,6 +83,7 @@ async def main() -> None:
     parser.add_argument("--fsync", choices=["group", "always", "never"], default="group")
     parser.add_argument("--segment-mb", type=int, default=64)
     parser.add_argument("--read-bytes", type=int, default=1 << 20)
+    parser.add_argument("--backups", type=int, default=0, help="in-process backups (replication cost)")
     parser.add_argument("--dir", type=Path, default=None, help="data directory (default: a temp dir)")
     args = parser.parse_args()
 
@@ -78,10 +94,35 @@ async def main() -> None:
     log = PartitionLog.open(path, config)
     payload = os.urandom(args.record_size) * args.batch_records
 
+    primary = None
+    backups: list[tuple[PartitionLog, BackupFetcher, asyncio.Task[None]]] = []
+    if args.backups:
+        names = ["primary"] + [f"backup-{i}" for i in range(args.backups)]
+        primary = PartitionPrimary(
+            log, partition="bench-0", replica_id="primary", epoch=1, replicas=names, min_in_sync=len(names)
+        )
+        for name in names[1:]:
+            backup_log = PartitionLog.open(base / name, config)
+            fetcher = BackupFetcher(
+                backup_log,
+                partition="bench-0",
+                replica_id=name,
+                epoch=1,
+                transport=LocalTransport(primary),
+                max_wait_ms=100,
+            )
+            backups.append((backup_log, fetcher, asyncio.create_task(fetcher.run())))
+
     started = time.perf_counter()
-    batches = await produce(log, payload, args.batch_records, args.producers, args.seconds)
+    batches = await produce(log, payload, args.batch_records, args.producers, args.seconds, primary)
     elapsed = time.perf_counter() - started
     fsyncs = log.committer().syncs if args.fsync == "group" else 0
+    for backup_log, fetcher, task in backups:
+        await fetcher.stop()
+        await task
+        await backup_log.aclose()
+    if primary is not None:
+        primary.close()
     await log.aclose()
 
     log = PartitionLog.open(path, config)

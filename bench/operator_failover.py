@@ -2,8 +2,10 @@
 
 * ``trials``: delete the MM pod that leads ``<cluster>-fixed-0`` and time, from the delete call,
   until the Partition status names a new primary (seen through a watch). p50/p99 over the trials.
-  With the real broker (``HYBRIDMQ_TEST_BROKER=real``) the time to the first acknowledged produce
-  would be measured too; with the default stand-in brokers it is reported as ``n/a``.
+  With the real broker (``HYBRIDMQ_TEST_BROKER=real``) a producer (``produce_probe.py``) sends to
+  that partition through the CM all along, and the time from the delete call to its first
+  acknowledged produce after the status names the new primary is measured too; with the default
+  stand-in brokers it is reported as ``n/a``.
 * ``reassign_1000_s``: a second BrokerCluster whose 1,000 fixed partitions are all led by one MM
   (placed while it was alone; a second MM then joins as their in-sync backup); delete that MM's
   pod and time until every one of them names the other MM as primary.
@@ -43,6 +45,7 @@ from operator_harness import (  # noqa: E402
     wait_cluster_up,
     wait_for,
 )
+from produce_probe import ProduceProbe  # noqa: E402
 
 from localcluster import LocalCluster  # noqa: E402
 
@@ -111,15 +114,24 @@ def led_by(kube: Kube, cluster: str, mm: str) -> set[str]:
     }
 
 
-def failover_trials(cluster: LocalCluster, ns: str, trials: int) -> list[float]:
+def real_broker() -> bool:
+    return os.environ.get("HYBRIDMQ_TEST_BROKER") == "real"
+
+
+def failover_trials(cluster: LocalCluster, ns: str, trials: int) -> tuple[list[float], list[float]]:
     kube = Kube(cluster, ns)
     name = "bench"
     kube.create(sample_cluster(name, ns, mms=3, cms=1, fixed=3))
     wait_cluster_up(kube, name, 3, 1, timeout=180)
     pw = PrimaryWatch(kube)
     times: list[float] = []
+    produce_times: list[float] = []
+    probe: ProduceProbe | None = None
     try:
         target = f"{name}-fixed-0"
+        if real_broker():
+            cm = next(b for b in kube.cluster(name)["status"]["brokers"] if b["role"] == "cm")
+            probe = ProduceProbe(cm["address"], target).start()
         for i in range(trials):
             p = next(p for p in kube.partitions() if p["metadata"]["name"] == target)
             victim = p["status"]["primary"]
@@ -134,6 +146,10 @@ def failover_trials(cluster: LocalCluster, ns: str, trials: int) -> list[float]:
             t1 = pw.wait(moved, 30)
             times.append(t1 - t0)
             print(f"trial {i + 1}: {victim} lost, new primary after {t1 - t0:.3f}s", flush=True)
+            if probe is not None:
+                t2 = probe.first_ack_after(t1, 30)
+                produce_times.append(t2 - t0)
+                print(f"trial {i + 1}: first acknowledged produce after {t2 - t0:.3f}s", flush=True)
             wait_cluster_up(kube, name, 3, 1, timeout=180)
             wait_for(
                 lambda: all(
@@ -144,7 +160,9 @@ def failover_trials(cluster: LocalCluster, ns: str, trials: int) -> list[float]:
             )
     finally:
         pw.stop()
-    return times
+        if probe is not None:
+            probe.stop()
+    return times, produce_times
 
 
 def reassign(cluster: LocalCluster, ns: str, partitions: int) -> tuple[int, float]:
@@ -205,7 +223,7 @@ def main() -> int:
         apply_crds(cluster)
         cluster.create_namespace(ns)
         op = OperatorProcess(cluster, ns).start()
-        times = failover_trials(cluster, ns, args.trials)
+        times, produce_times = failover_trials(cluster, ns, args.trials)
         led, reassign_s = reassign(cluster, ns, args.partitions) if args.partitions else (0, float("nan"))
     finally:
         teardown(Kube(cluster, ns), op, timeout=120)
@@ -220,8 +238,8 @@ def main() -> int:
         "status_p50_s": round(p50, 3),
         "status_p99_s": round(p99, 3),
         "status_max_s": round(max(times), 3),
-        "produce_p50_s": None,
-        "produce_p99_s": None,
+        "produce_p50_s": round(statistics.median(produce_times), 3) if produce_times else None,
+        "produce_p99_s": round(percentile(produce_times, 0.99), 3) if produce_times else None,
         "reassigned_partitions": led,
         "reassign_s": round(reassign_s, 3),
     }
@@ -230,7 +248,13 @@ def main() -> int:
     with out.open("a") as f:
         f.write(json.dumps(record) + "\n")
     print(json.dumps(record))
-    print(f"(deletion -> status; produce timing needs the real broker: n/a; {led} partitions reassigned)")
+    if produce_times:
+        print(
+            f"(deletion -> first acknowledged produce: p50 {record['produce_p50_s']}s "
+            f"p99 {record['produce_p99_s']}s; {led} partitions reassigned)"
+        )
+    else:
+        print(f"(deletion -> status; produce timing needs the real broker: n/a; {led} partitions reassigned)")
     print(f"trials={len(times)} p50_s={p50:.3f} p99_s={p99:.3f} reassign_1000_s={reassign_s:.3f}")
     return 0
 
