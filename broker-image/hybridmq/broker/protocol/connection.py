@@ -65,7 +65,10 @@ class Connection:
         if self.closed:
             raise ConnectionClosed(self.name)
         body = self._packer.pack(frame)
-        self.writer.write(len(body).to_bytes(4, "big") + body)
+        try:
+            self.writer.write(len(body).to_bytes(4, "big") + body)
+        except RuntimeError as exc:  # the transport closed before ``run`` noticed (uvloop)
+            raise ConnectionClosed(f"{self.name}: {exc}") from None
 
     async def send(self, frame: Frame) -> None:
         self.send_nowait(frame)
