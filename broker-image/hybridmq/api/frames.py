@@ -59,9 +59,12 @@ FETCH              client->CM: c, p (partition), o (offset), e? (exclusive end; 
                    plus pe (partition epoch). Errors: UNKNOWN_PARTITION, OFFSET_OUT_OF_RANGE
                    (``o`` below the log start; the ERROR carries start and hw), NOT_PRIMARY,
                    MM_UNAVAILABLE. (``broker/cm/fetch_route.py``, ``broker/mm/fetch_handler.py``)
-FETCH_META         client->CM: c, p? (partition names, default all) -> OK {r, partitions: [{name,
-                   type, primary, epoch, writable, start, hw, end, err?}]}. CM->MM: c, p? ->
-                   OK {r, partitions: {name: {start, hw, end, epoch}}}
+FETCH_META         client->CM: c, p? (partition names, default all), pids? (producer ids) -> OK {r,
+                   partitions: [{name, type, primary, epoch, writable, start, hw, end, err?,
+                   producers? ({pid: [producer epoch, last stored sequence, [[first seq, last
+                   seq, base offset, last offset], ...]]}, with pids; only from the primary of
+                   the table's epoch, else err)}]}. CM->MM: c, p?, pids? ->
+                   OK {r, partitions: {name: {start, hw, end, epoch, producers?}}}
 PING / PONG        c / r (liveness)
 =================  ==========================================================================
 

@@ -9,7 +9,10 @@ acknowledgements while a consumer lags too far behind, a slow consumer throttles
 A batch refused for a transient reason (its MM is down or restarting, the partition moved to a
 new primary, a stale epoch) is resent as it is - same producer id, producer epoch and sequence, so
 the MM stores it once - until ``delivery_timeout`` seconds passed; per-producer order holds because
-a later batch is refused (out of order) until the earlier one is stored.
+a later batch is refused (out of order) until the earlier one is stored. An on-demand producer
+whose partition stops taking writes (it drains after its primary was lost) moves to another one
+exactly once and in order (``_move``): it asks the old partition which refused batches it already
+stores (FETCH_META ``pids``), completes those as acknowledged and resends only the rest.
 
 ``send_stream`` sends a very large message as a sequence of CHUNK batches (each ``chunk_bytes``),
 at most ``max_pending_bytes`` of it in flight, so it never sits whole in memory; the consumer gets
@@ -20,6 +23,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
+import weakref
 from collections.abc import AsyncIterable, Iterable
 from time import time as _time
 from typing import Any
@@ -32,6 +37,7 @@ from hybridmq.client.distribution import Strategy
 from hybridmq.client.message import Ack, pack_records
 from hybridmq.client.send_log import SendLog, SendLogTarget
 
+log = logging.getLogger(__name__)
 _stream_ids = itertools.count(1)
 MAX_RECORD_BYTES = 8 * 1024 * 1024
 # Issue 4: an on-demand partition that drains after a failover (or was deleted) takes no more
@@ -87,6 +93,14 @@ class Producer:
         self._timer: asyncio.TimerHandle | None = None
         self._outstanding: set[asyncio.Future[int]] = set()
         self._runner = runner
+        # issue 4 moves: the partition each unfinished batch was last sent to, the batches the old
+        # partition refused (per old partition), new batches held back while a move is under way
+        self._chains: dict[asyncio.Future[int], str] = {}
+        self._move_parked: dict[str, list[tuple[dict[str, Any], asyncio.Future[int], int, float]]] = {}
+        self._move_tasks: dict[str, asyncio.Task[None]] = {}
+        self._holding: list[tuple[Any, ...]] | None = None
+        self._pid_gen: dict[int, int] = {pid: 0}  # pid -> move generation (resend order)
+        self._acked_on: weakref.WeakKeyDictionary[asyncio.Future[int], str] = weakref.WeakKeyDictionary()
         conn.handler = self._on_frame
         self.error: BaseException | None = None
         self.send_log = SendLog.open(send_log)  # acked producer_id,sequence lines (client/send_log.py)
@@ -226,7 +240,9 @@ class Producer:
             await self.wait_unblocked()
         batch, index = self._append(dest, value, key, headers, ttl_ms)
         base = await batch.future
-        return Ack(self.partition, base + index)
+        # a batch acknowledged by (or found stored in) the partition it left in a move names that one
+        partition = self._acked_on.get(batch.future, self.partition) if self._acked_on else self.partition
+        return Ack(partition, base + index if base >= 0 else -1)
 
     def _linger_expired(self) -> None:
         self._timer = None
@@ -253,6 +269,28 @@ class Producer:
         result: asyncio.Future[int],
         size: int,
     ) -> None:
+        self._inflight += size
+        self._outstanding.add(result)
+        # Avoid "exception never retrieved" for fire-and-forget sends.
+        result.add_done_callback(lambda r: r.cancelled() or r.exception())
+        deadline = asyncio.get_running_loop().time() + self.delivery_timeout
+        if self._holding is not None:  # a move is under way: numbered on the new partition later
+            self._holding.append((dest, count, blob, flags, expiry, extra, result, size, deadline))
+            return
+        self._start(dest, count, blob, flags, expiry, extra, result, size, deadline)
+
+    def _start(
+        self,
+        dest: str,
+        count: int,
+        blob: bytes,
+        flags: int,
+        expiry: int,
+        extra: dict[str, Any] | None,
+        result: asyncio.Future[int],
+        size: int,
+        deadline: float,
+    ) -> None:
         frame = {
             "t": FrameType.PRODUCE,
             "p": self.partition,
@@ -267,11 +305,6 @@ class Producer:
             "seq": self._seq,
         }
         self._seq += count
-        self._inflight += size
-        self._outstanding.add(result)
-        # Avoid "exception never retrieved" for fire-and-forget sends.
-        result.add_done_callback(lambda r: r.cancelled() or r.exception())
-        deadline = asyncio.get_running_loop().time() + self.delivery_timeout
         self._attempt(frame, result, size, deadline, 0.05)
 
     def _attempt(
@@ -279,6 +312,7 @@ class Producer:
     ) -> None:
         """Send (or resend, with the same producer id, epoch and sequence) one batch."""
         loop = asyncio.get_running_loop()
+        self._chains[result] = frame["p"]
         try:
             fut = self.conn.request_nowait(dict(frame))
         except Exception as exc:
@@ -294,9 +328,7 @@ class Producer:
                 and loop.time() < deadline
                 and not self.conn.closed
             ):
-                task = loop.create_task(self._move(frame, result, size, deadline))
-                self._moves.add(task)
-                task.add_done_callback(self._moves.discard)
+                self._park_moved(frame, result, size, deadline)
                 return
             if (
                 isinstance(exc, RemoteError)
@@ -314,32 +346,131 @@ class Producer:
 
     _movable = False  # an on-demand producer that did not name its partition
     _move_lock: asyncio.Lock | None = None
-    _moves: set[asyncio.Task[None]] = set()  # strong references to running moves (shared, harmless)
+    MOVE_WAIT_S = 3.0  # how long a move waits for the old partition's other in-flight batches
+    STATE_WAIT_S = 10.0  # how long it asks the old partition (being taken over) what it stores
 
-    async def _move(
+    def _park_moved(
         self, frame: dict[str, Any], result: asyncio.Future[int], size: int, deadline: float
     ) -> None:
-        """Issue 4: ask the CM for another on-demand partition (once for all the batches refused by
-        the old one), then resend the batch there under a new producer id and sequence."""
+        """Issue 4: the partition refused the batch (draining / deleted): hand it to the move task of
+        that partition, which resends it elsewhere unless the old partition already stores it."""
+        old = str(frame["p"])
+        self._chains.pop(result, None)
+        self._move_parked.setdefault(old, []).append((frame, result, size, deadline))
+        if old not in self._move_tasks:
+            self._move_tasks[old] = asyncio.get_running_loop().create_task(self._move(old))
+
+    async def _move(self, old: str) -> None:
+        """Move away from ``old`` (once for all the batches it refused): open a producer on another
+        on-demand partition (new producer id and sequence space), wait (bounded) until the other
+        batches in flight on ``old`` came back, ask ``old``'s current primary (the replica that
+        took it over to drain it) which of them it stores - the producer-sequence table is
+        replicated with the log - and complete those as acknowledged; resend only the rest, in
+        their original order, then the batches held back meanwhile. Exactly once, order kept."""
+        try:
+            while self._move_parked.get(old):
+                try:
+                    await self._move_round(old)
+                except Exception as exc:
+                    self._release_held()
+                    for frame, result, size, _ in self._move_parked.pop(old, []):
+                        self._finish(frame, result, size, raise_remote(exc))
+        finally:
+            self._move_tasks.pop(old, None)
+
+    async def _move_round(self, old: str) -> None:
         if self._move_lock is None:
             self._move_lock = asyncio.Lock()
-        try:
-            async with self._move_lock:
-                if frame["p"] == self.partition:
-                    await asyncio.sleep(0.02)  # bounded pace if the CM's view lags (moves again)
-                    reply = await self.conn.request(
-                        {"t": FrameType.OPEN_PRODUCER, "ptype": str(PartitionType.ON_DEMAND)}
+        loop = asyncio.get_running_loop()
+        async with self._move_lock:
+            if old == self.partition:
+                if self._holding is None:
+                    self._holding = []
+                await asyncio.sleep(0.02)  # bounded pace if the CM's view lags (moves again)
+                reply = await self.conn.request(
+                    {"t": FrameType.OPEN_PRODUCER, "ptype": str(PartitionType.ON_DEMAND)}
+                )
+                self.partition = reply["partition"]
+                self.pid = int(reply.get("pid", -1))
+                self._pid_gen[self.pid] = len(self._pid_gen)
+                self._pepoch = 0
+                self._seq = 0
+                # The other batches in flight on the old partition come back refused (or acked)
+                # shortly: gather them so that they are resolved and resent together, in order.
+                for _ in range(int(self.MOVE_WAIT_S / 0.02)):
+                    if old not in self._chains.values():
+                        break
+                    await asyncio.sleep(0.02)
+            parked = self._move_parked.pop(old, [])
+            if not parked:
+                self._release_held()
+                return
+            stored = await self._stored_in(old, {int(item[0]["pid"]) for item in parked})
+            gen = self._pid_gen
+            parked.sort(key=lambda i: (gen.get(int(i[0]["pid"]), 0), i[0]["pep"], i[0]["seq"]))
+            for frame, result, size, deadline in parked:
+                state = stored.get(int(frame["pid"])) if stored is not None else None
+                if (
+                    state is not None
+                    and int(frame["pep"]) == int(state[0])
+                    and int(frame["seq"]) + int(frame["n"]) - 1 <= int(state[1])
+                ):
+                    # Stored by the lost primary, acknowledgement lost: it is acknowledged now.
+                    offset = next((int(b[2]) for b in state[2] if int(b[0]) == int(frame["seq"])), -1)
+                    reply_f = loop.create_future()
+                    reply_f.set_result({"o": offset})
+                    self._finish(frame, result, size, None, reply_f)
+                    continue
+                frame = dict(frame, p=self.partition, pid=self.pid, pep=self._pepoch, seq=self._seq)
+                self._seq += int(frame["n"])
+                self._attempt(frame, result, size, deadline, 0.05)
+            self._release_held()
+
+    async def _stored_in(self, partition: str, pids: set[int]) -> dict[int, list[Any]] | None:
+        """What ``partition`` stores of these producer ids: ``{pid: [producer epoch, last sequence,
+        [[first seq, last seq, base offset, last offset], ...]]}`` (FETCH_META ``pids``), asked of its
+        current primary until it answers (a takeover is under way) or ``STATE_WAIT_S``; None when
+        it cannot tell (the partition is gone, or no answer in time)."""
+        loop = asyncio.get_running_loop()
+        until = loop.time() + self.STATE_WAIT_S
+        why = ""
+        while True:
+            try:
+                reply = await self.conn.request(
+                    {"t": FrameType.FETCH_META, "p": [partition], "pids": sorted(pids)}, timeout=2.0
+                )
+                entries = reply.get("partitions") or []
+                if not entries:
+                    log.warning(
+                        "producer %s: partition %s is gone; resending its refused batches without "
+                        "knowing what it stored (one it stored unacknowledged may now be stored twice)",
+                        self.producer_id,
+                        partition,
                     )
-                    self.partition = reply["partition"]
-                    self.pid = int(reply.get("pid", -1))
-                    self._pepoch = 0
-                    self._seq = 0
-        except Exception as exc:
-            self._finish(frame, result, size, raise_remote(exc))
-            return
-        frame = dict(frame, p=self.partition, pid=self.pid, pep=self._pepoch, seq=self._seq)
-        self._seq += int(frame["n"])
-        self._attempt(frame, result, size, deadline, 0.05)
+                    return None
+                entry = entries[0]
+                if entry.get("err") is None and entry.get("producers") is not None:
+                    return {int(k): v for k, v in dict(entry["producers"]).items()}
+                why = str(entry.get("err"))
+            except Exception as exc:
+                why = repr(exc)
+            if loop.time() >= until:
+                log.warning(
+                    "producer %s: no producer state from partition %s in %.0fs (%s); resending its "
+                    "refused batches (one it stored unacknowledged may now be stored twice)",
+                    self.producer_id,
+                    partition,
+                    self.STATE_WAIT_S,
+                    why,
+                )
+                return None
+            await asyncio.sleep(0.1)
+
+    def _release_held(self) -> None:
+        """Send the batches held back during a move, on the (new) partition, in their order."""
+        held, self._holding = self._holding, None
+        for args in held or ():
+            self._start(*args)
 
     def _finish(
         self,
@@ -351,8 +482,11 @@ class Producer:
     ) -> None:
         self._inflight -= size
         self._outstanding.discard(result)
+        self._chains.pop(result, None)
         self._update_blocked()
-        if exc is not None and frame["pep"] == self._pepoch:
+        if frame["p"] != self.partition and exc is None:
+            self._acked_on[result] = str(frame["p"])
+        if exc is not None and frame["pep"] == self._pepoch and frame.get("pid") == self.pid:
             # Given up on a batch that may not be stored: later batches start a new producer epoch.
             self._pepoch += 1
             self._seq = 0

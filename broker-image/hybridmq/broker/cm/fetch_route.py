@@ -14,6 +14,10 @@ one like everything else:
   contiguous without its content.
 * FETCH_META ``{c, p?}`` lists partitions from the assignment table with each one's log start,
   high watermark and log end as its primary MM reports them (``err`` names why they are missing).
+  With ``pids`` (producer ids) each entry also has ``producers``: ``{pid: [producer epoch, last
+  stored sequence, [[first seq, last seq, base offset, last offset], ...]]}`` from the partition
+  log's replicated producer-sequence table, answered only by the primary of the table's epoch (an
+  on-demand producer that moves after a failover asks its old partition what it already stores).
 
 A FETCH is answered before the session's next frame is read (the handler is awaited), which bounds
 what one reading client can make the CM buffer to one reply.
@@ -126,6 +130,7 @@ def visible_batches(
 async def _fetch_meta(cm: ConnectionManager, session: Session, frame: dict[str, Any]) -> None:
     table = cm.source.partitions()
     names = frame.get("p")
+    pids = [int(pid) for pid in frame.get("pids") or []]
     chosen = [table[n] for n in names if n in table] if names is not None else list(table.values())
     by_mm: dict[str, list[str]] = {}
     for a in chosen:
@@ -136,7 +141,10 @@ async def _fetch_meta(cm: ConnectionManager, session: Session, frame: dict[str, 
         if conn is None:
             return mm, ErrorCode.MM_UNAVAILABLE.name
         try:
-            reply = await conn.request({"t": FrameType.FETCH_META, "p": wanted}, timeout=META_TIMEOUT_S)
+            request: dict[str, Any] = {"t": FrameType.FETCH_META, "p": wanted}
+            if pids:
+                request["pids"] = pids
+            reply = await conn.request(request, timeout=META_TIMEOUT_S)
         except Exception:
             return mm, ErrorCode.MM_UNAVAILABLE.name
         return mm, dict(reply.get("partitions") or {})
@@ -155,6 +163,10 @@ async def _fetch_meta(cm: ConnectionManager, session: Session, frame: dict[str, 
         if isinstance(answer, dict) and a.name in answer:
             meta = answer[a.name]
             entry.update(start=meta["start"], hw=meta["hw"], end=meta["end"])
+            if pids and int(meta.get("epoch", -1)) >= a.epoch:
+                entry["producers"] = meta.get("producers") or {}
+            elif pids:  # not (yet) the primary of the table's epoch: its producer state may lag
+                entry["err"] = ErrorCode.NOT_PRIMARY.name
         else:
             entry["err"] = answer if isinstance(answer, str) else ErrorCode.NOT_PRIMARY.name
         partitions.append(entry)

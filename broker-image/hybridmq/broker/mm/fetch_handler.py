@@ -18,7 +18,9 @@ Batches are sent as maps: ``o`` base offset, ``n`` record count, ``d`` destinati
 ``f`` flags, ``xa`` extra attributes, ``b`` the producer's records blob (never decoded here).
 
 FETCH_META answers ``{name: {start, hw, end, epoch}}`` for the hosted partitions this MM is
-primary of (``p`` narrows it to some names).
+primary of (``p`` narrows it to some names). With ``pids`` (producer ids) each entry also has
+``producers`` (``producer_states``): what the partition stores of those producers, so that an
+on-demand producer that moves after a failover resends only what the old partition lacks.
 """
 
 from __future__ import annotations
@@ -57,23 +59,36 @@ def partition_meta(host: PartitionHost) -> dict[str, int]:
     }
 
 
+def producer_states(host: PartitionHost, pids: list[Any]) -> dict[str, list[Any]]:
+    """``{str(pid): [producer epoch, last stored sequence, [[first seq, last seq, base offset, last
+    offset], ...]]}`` from the partition log's (replicated) producer-sequence table; unknown pids are
+    left out (nothing of theirs is stored)."""
+    state = host.storage.log.producer_state
+    out: dict[str, list[Any]] = {}
+    for pid in pids:
+        entry = state.get(int(pid))
+        if entry is not None:
+            out[str(int(pid))] = [
+                entry.producer_epoch,
+                entry.last_sequence,
+                [[b.first_sequence, b.last_sequence, b.base_offset, b.last_offset] for b in entry.batches],
+            ]
+    return out
+
+
 def handle(mm: MessageManager, conn: Connection, frame: dict[str, Any]) -> None:
     """Answer a FETCH or FETCH_META frame from a CM."""
     if frame["t"] == FrameType.FETCH_META:
         names = frame.get("p")
         wanted = None if names is None else {str(n) for n in names}
-        conn.reply(
-            frame,
-            {
-                "t": FrameType.OK,
-                "node": mm.config.name,
-                "partitions": {
-                    name: partition_meta(host)
-                    for name, host in list(mm.hosts.items())
-                    if host.primary and (wanted is None or name in wanted)
-                },
-            },
-        )
+        pids = frame.get("pids")
+        partitions: dict[str, dict[str, Any]] = {}
+        for name, host in list(mm.hosts.items()):
+            if host.primary and (wanted is None or name in wanted):
+                partitions[name] = meta = dict[str, Any](partition_meta(host))
+                if pids:
+                    meta["producers"] = producer_states(host, list(pids))
+        conn.reply(frame, {"t": FrameType.OK, "node": mm.config.name, "partitions": partitions})
         return
     reply = fetch(mm, frame)
     if not conn.closed:
