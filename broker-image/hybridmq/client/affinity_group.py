@@ -167,7 +167,9 @@ class AffinityMember:
         """Stop dead, as a killed process would: no more processing, heartbeats or acks."""
         for t in self._tasks:
             t.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._tasks:
+            # Bounded: on Python 3.11 a cancel can be swallowed inside wait_for; never hang here.
+            await asyncio.wait(self._tasks, timeout=5.0)
         for c in self._clients:
             c._closing = True
             if c._keepalive is not None:

@@ -273,7 +273,8 @@ class FailoverProducer(Producer):
 
     async def close(self) -> None:
         try:
-            await self.flush()
+            # Bounded: an ack that never comes must not hang the application's shutdown.
+            await asyncio.wait_for(self.flush(), self.delivery_timeout)
         finally:
             self._closing = True
             for task in (self._reconnect_task, self._keepalive):

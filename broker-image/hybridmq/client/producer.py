@@ -555,7 +555,8 @@ class Producer:
     async def close(self) -> None:
         try:
             if not self.conn.closed:
-                await self.flush()
+                # Bounded: an ack that never comes must not hang the application's shutdown.
+                await asyncio.wait_for(self.flush(), self.delivery_timeout)
         finally:
             self.conn.close()
             self._runner.cancel()
