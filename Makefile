@@ -23,9 +23,13 @@ lint-chart: $(STAMP) k8s-binaries
 lock: $(STAMP)
 	$(PY) requirements/lock.py
 
-.PHONY: setup k8s-binaries lint fmt test test-unit test-broker test-k8s demo cluster-up cluster-down crds bench clean
+.PHONY: setup system-packages k8s-binaries lint fmt test test-unit test-broker test-k8s demo cluster-up cluster-down crds bench clean
 
-setup: $(STAMP) k8s-binaries
+setup: system-packages $(STAMP) k8s-binaries
+
+# Debian packages the lint and tests use (root machines; apt-get update only when something is missing).
+system-packages:
+	@command -v shellcheck >/dev/null || (apt-get update -qq && apt-get install -y -qq shellcheck)
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)

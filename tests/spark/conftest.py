@@ -3,9 +3,6 @@
 from collections.abc import Iterator
 
 import pytest
-
-pytest.importorskip("pyspark")
-
 from pyspark.sql import SparkSession
 
 from hybridmq.spark.session import build_session

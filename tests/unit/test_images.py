@@ -218,8 +218,7 @@ def test_kind_demo_script_parses() -> None:
 
 def test_kind_demo_script_shellcheck_clean() -> None:
     shellcheck = shutil.which("shellcheck")
-    if shellcheck is None:
-        pytest.skip("shellcheck is not installed (Debian package `shellcheck`)")
+    assert shellcheck is not None, "shellcheck is not installed: `make setup` installs the Debian package"
     proc = subprocess.run([shellcheck, "-x", str(DEMO)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
