@@ -273,8 +273,7 @@ class FailoverProducer(Producer):
 
     async def close(self) -> None:
         try:
-            # Bounded: an ack that never comes must not hang the application's shutdown.
-            await asyncio.wait_for(self.flush(), self.delivery_timeout)
+            await self.flush()
         finally:
             self._closing = True
             for task in (self._reconnect_task, self._keepalive):

@@ -555,8 +555,7 @@ class Producer:
     async def close(self) -> None:
         try:
             if not self.conn.closed:
-                # Bounded: an ack that never comes must not hang the application's shutdown.
-                await asyncio.wait_for(self.flush(), self.delivery_timeout)
+                await self.flush()
         finally:
             self.conn.close()
             self._runner.cancel()

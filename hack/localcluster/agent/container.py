@@ -28,6 +28,13 @@ def now_rfc3339() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def _child_on_path(path: str, directory: str) -> str:
+    """The entry of `directory` that `path` (inside it) goes through: /tmp, /tmp/a/b/c -> /tmp/a."""
+    target = os.path.realpath(directory)
+    relative = os.path.relpath(os.path.realpath(path), target)
+    return os.path.join(target, relative.split(os.sep)[0])
+
+
 def _is_within(path: str, directory: str) -> bool:
     """True if `path` lies inside `directory` (a mount there would hide it)."""
     target = os.path.realpath(directory)
@@ -158,13 +165,17 @@ class Container:
         exe = argv[0] if "/" in argv[0] else shutil.which(argv[0], path=env.get("PATH", DEFAULT_PATH))
         if exe is None or not os.access(exe, os.X_OK):
             raise StartError(f'exec: "{argv[0]}": executable file not found in $PATH')
+        # Containers share the host's filesystem here: a volume mounted over a directory that holds
+        # the project's environment (say an emptyDir at /tmp while the clone lives in /tmp/x) would
+        # hide it, so the directory just below the mount on that path is mounted back on top.
+        exposed: list[Mount] = []
         for mount in mounts:
-            hidden = [p for p in (exe, *mapping.path) if _is_within(p, mount.target)]
-            if hidden:
-                raise StartError(
-                    f"volumeMount at {mount.target} would hide {hidden[0]} (containers share the host's "
-                    "filesystem here); choose another mountPath"
-                )
+            for hidden in (exe, *mapping.path):
+                if _is_within(hidden, mount.target):
+                    root = _child_on_path(hidden, mount.target)
+                    if all(m.target != root for m in exposed):
+                        exposed.append(Mount(Path(root), root, False))
+        mounts = [*mounts, *exposed]
         workdir = self.spec.get("workingDir") or str(self.pod_dir / "rootfs")
         if not any(workdir.startswith(m.target) for m in mounts):
             Path(workdir).mkdir(parents=True, exist_ok=True)

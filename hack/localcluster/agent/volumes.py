@@ -256,6 +256,8 @@ def mount_script(mounts: list[Mount], workdir: str) -> str:
         lines.append(f'mount --bind {src} "$stage/{i}"')
     for i, mount in enumerate(mounts):
         dst = shlex.quote(mount.target)
+        if mount.source.is_dir():  # a target inside an earlier mount may not exist there yet
+            lines.append(f"[ -e {dst} ] || mkdir -p {dst}")
         lines.append(f'mount --bind "$stage/{i}" {dst}')
         if mount.read_only:
             lines.append(f"mount -o remount,bind,ro {dst}")
