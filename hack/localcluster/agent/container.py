@@ -177,7 +177,8 @@ class Container:
                         exposed.append(Mount(Path(root), root, False))
         mounts = [*mounts, *exposed]
         workdir = self.spec.get("workingDir") or str(self.pod_dir / "rootfs")
-        if not any(workdir.startswith(m.target) for m in mounts):
+        # The default working directory lives in the pod's directory on the host: always create it.
+        if not self.spec.get("workingDir") or not any(workdir.startswith(m.target) for m in mounts):
             Path(workdir).mkdir(parents=True, exist_ok=True)
         prepare_targets(mounts)
         wrapper = [
