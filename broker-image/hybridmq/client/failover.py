@@ -122,17 +122,25 @@ async def keepalive(
             continue  # closed meanwhile: the failover is already under way
 
 
-def _strategy(
+async def _first_connection(
     bootstrap: str | list[str] | None,
     strategy: Strategy | None,
     distribution: str | None,
     app: str | None,
     user: str | None,
     password: str | None,
-) -> Strategy | None:
-    if strategy is not None:
-        return strategy
-    return make_strategy(bootstrap, distribution, app=app, user=user, password=password)
+    client_id: str | None,
+    give_up_after_s: float,
+    keepalive_timeout_s: float,
+) -> tuple[_Reconnector, Connection, dict[str, Any], asyncio.Task[None]]:
+    """The reconnector a failover client keeps, and its first connection (already running)."""
+    if strategy is None:
+        strategy = make_strategy(bootstrap, distribution, app=app, user=user, password=password)
+    rc = _Reconnector(
+        bootstrap, strategy, user, password, client_id, app, give_up_after_s, max(2.0, keepalive_timeout_s)
+    )
+    conn, hello = await rc.connect()
+    return rc, conn, hello, asyncio.create_task(conn.run())
 
 
 class FailoverProducer(Producer):
@@ -162,12 +170,17 @@ class FailoverProducer(Producer):
         **options: Any,
     ) -> FailoverProducer:
         """Like ``Producer.connect`` (same ``options``), with CM failover."""
-        strat = _strategy(bootstrap, strategy, distribution, app, user, password)
-        rc = _Reconnector(
-            bootstrap, strat, user, password, client_id, app, give_up_after_s, max(2.0, keepalive_timeout_s)
+        rc, conn, hello, runner = await _first_connection(
+            bootstrap,
+            strategy,
+            distribution,
+            app,
+            user,
+            password,
+            client_id,
+            give_up_after_s,
+            keepalive_timeout_s,
         )
-        conn, hello = await rc.connect()
-        runner = asyncio.create_task(conn.run())
         reply_ptype = str(PartitionType(options.pop("partition_type", PartitionType.ON_DEMAND)))
         named = options.pop("partition", None)
         try:
@@ -335,12 +348,17 @@ class FailoverConsumer(Consumer):
         keepalive_timeout_s: float = 3.0,
     ) -> FailoverConsumer:
         """Like ``Consumer.connect``, with CM failover and redelivery de-duplication."""
-        strat = _strategy(bootstrap, strategy, distribution, app, user, password)
-        rc = _Reconnector(
-            bootstrap, strat, user, password, client_id, app, give_up_after_s, max(2.0, keepalive_timeout_s)
+        rc, conn, hello, runner = await _first_connection(
+            bootstrap,
+            strategy,
+            distribution,
+            app,
+            user,
+            password,
+            client_id,
+            give_up_after_s,
+            keepalive_timeout_s,
         )
-        conn, hello = await rc.connect()
-        runner = asyncio.create_task(conn.run())
         consumer = cls(conn, runner, 0, auto_ack)
         consumer._reconnector = rc
         consumer._closing = False
