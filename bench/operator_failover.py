@@ -1,4 +1,4 @@
-"""Operator failover benchmark on the local cluster (issue 5).
+"""Operator failover benchmark on the local cluster.
 
 * ``trials``: delete the MM pod that leads ``<cluster>-fixed-0`` and time, from the delete call,
   until the Partition status names a new primary (seen through a watch). p50/p99 over the trials.

@@ -1,6 +1,6 @@
 """From what the watches hold (raw pod, Lease and Partition bodies) to the planner's input.
 
-Pure functions, unit tested without Kubernetes. An MM is *lost* when (DESIGN §4.1):
+Pure functions, unit tested without Kubernetes. An MM is *lost* when:
 
 * its pod is gone, is being deleted, has failed, or its container is not running
   (terminated, or waiting after a restart);

@@ -1,4 +1,4 @@
-"""kill -9 of a primary MM under continuous produce and consume (issue 4), real processes.
+"""kill -9 of a primary MM under continuous produce and consume, real processes.
 
 3 MMs heartbeating to the in-process local controller (1 s lease), which applies the operator's
 planner. Fixed partitions with 2 and with 3 replicas: no acknowledged message lost, per-producer

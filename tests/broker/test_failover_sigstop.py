@@ -1,5 +1,5 @@
 """A frozen primary (SIGSTOP) is fenced: once the new epoch is in place it gets no write acknowledged,
-and after SIGCONT it steps down (issue 4). The signals go through the local controller's HTTP API."""
+and after SIGCONT it steps down. The signals go through the local controller's HTTP API."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The operator against the real API server of the local cluster (DESIGN §4, issue 5).
+"""The operator against the real API server of the local cluster.
 
 One namespace, one operator (a ``hybridmq-operator`` subprocess) and one BrokerCluster for the
 whole module; the tests run in order and each leaves the cluster healthy for the next.

@@ -1,4 +1,4 @@
-"""The seed-003 marker protocol: per session key, exactly once and in publish order across a takeover."""
+"""Affinity takeover markers: per session key, exactly once and in publish order across a takeover."""
 
 from __future__ import annotations
 

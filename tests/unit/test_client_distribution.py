@@ -1,4 +1,4 @@
-"""Connection distribution (seed 002): round-robin over the broker table, failover to the next CM."""
+"""Connection distribution: round-robin over the broker table, failover to the next CM."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The planner by example: placement, failover, on-demand lifecycle, scaling (DESIGN.md §4)."""
+"""The planner by example: placement, failover, on-demand lifecycle, scaling."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Property tests of the planner's invariants (DESIGN.md §8) over random histories.
+"""Property tests of the planner's invariants over random histories.
 
 A history starts a cluster and then applies random events (MMs lost, returning, added, leaving,
 removed once evacuated, readiness flaps, primaries' ISR reports, MMs' offset and storage reports);

@@ -268,7 +268,7 @@ class FixedPartitionsSpec(_Model):
 
 
 class OnDemandPartitionsSpec(_Model):
-    """On-demand partitions are cheap and disposable (seed 000, FIG. 7-9)."""
+    """On-demand partitions are cheap and disposable."""
 
     per_message_manager: int = Field(
         default=1, ge=0, description="Writable on-demand partitions kept with their primary on each MM."

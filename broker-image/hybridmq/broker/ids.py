@@ -1,4 +1,4 @@
-"""Cluster-unique identifiers (seed 001: node id + counter).
+"""Cluster-unique identifiers (node id + counter).
 
 A session id is ``<node>-<boot>-<counter>``: the node name is unique in the cluster, ``boot`` (the
 start time in ms, base 36) separates incarnations of a restarted node, the counter separates ids of

@@ -1,9 +1,10 @@
 """MM liveness: renew a ``coordination.k8s.io`` Lease named after the pod, in the pod's namespace.
 
 The operator declares an MM lost when its Lease's ``renewTime + leaseDurationSeconds`` has passed
-(DESIGN §4.1). The MM must therefore stop acknowledging writes *before* the operator may fail it
-over: the renewer keeps the deadline ``start of the last successful renewal + lease duration``
-(measured on the MM's monotonic clock, so it is never later than the operator's view) and calls
+(docs/design.md, detecting MM loss). The MM must therefore stop acknowledging writes *before*
+the operator may fail it over: the renewer keeps the deadline ``start of the last successful
+renewal + lease duration`` (measured on the MM's monotonic clock, so it is never later than the
+operator's view) and calls
 ``on_lost`` as soon as that deadline passes without a newer successful renewal, ``on_renewed`` when
 a renewal succeeds again.
 

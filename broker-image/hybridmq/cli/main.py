@@ -97,7 +97,7 @@ def cmd_mm(args: argparse.Namespace) -> None:
         segment_bytes=args.segment_bytes,
         retention_interval=args.retention_interval,
     )
-    if args.controller:  # issue 4: replicated MM, heartbeating to the local controller
+    if args.controller:  # replicated MM, heartbeating to the local controller
         from hybridmq.local.wiring import controller_mm
 
         run(_run_server(controller_mm(config, args.controller), args.http_bind), args.name)
@@ -121,11 +121,11 @@ def cmd_cm(args: argparse.Namespace) -> None:
     config = CMConfig(
         name=args.name, host=host, port=port, max_frame=args.max_frame, cluster_token=args.cluster_token
     )
-    config.directory_config = args.directory_config  # issue 6: static application registrations
+    config.directory_config = args.directory_config  # static application registrations
     cm = ConnectionManager(
         config, _source(args.assignments), CredentialStore.load(args.credentials), AclTable.load(args.acl)
     )
-    if args.controller:  # issue 4: assignments from the local controller, fast re-routing
+    if args.controller:  # assignments from the local controller, fast re-routing
         from hybridmq.local.wiring import controller_cm
 
         cm = controller_cm(
@@ -310,7 +310,7 @@ async def _admin(args: argparse.Namespace) -> None:
 
 
 def _cmd_local(args: argparse.Namespace) -> None:
-    if args.action or args.replicas:  # issue 4: hybridmq.local.command
+    if args.action or args.replicas:  # hybridmq.local.command
         from hybridmq.local.command import run as run_replicated
 
         run_replicated(args)

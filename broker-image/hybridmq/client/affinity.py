@@ -1,4 +1,4 @@
-"""Subscription takeover for affinity consumers: the marker protocol of seed 003 as a pure state machine.
+"""Subscription takeover for affinity consumers: the marker protocol as a pure state machine.
 
 A consumer group on a topic has one instance per member, each with its own durable subscription queue.
 Every queue receives every message of the topic; an instance *processes* only the messages whose
@@ -6,7 +6,7 @@ session key it owns and passes over (acknowledges without processing) the rest. 
 declared dead, a survivor adopts its keys and must process, for each adopted key, exactly the
 messages the dead instance had not processed, in publish order, without reprocessing anything.
 
-The protocol (seed 003), driven by :class:`Takeover`:
+The protocol, driven by :class:`Takeover`:
 
 1. stop processing the survivor's own queue;
 2. open the dead instance's queue;
@@ -124,7 +124,7 @@ class Ownership:
 
     Each key has a *home* member, chosen by rendezvous hashing over the group's declared members, so
     the split never changes when an instance dies. A dead member's whole queue, and so all of its
-    keys, is adopted by one survivor (seed 003); ``adopted_by`` records that, and chains when an
+    keys, is adopted by one survivor; ``adopted_by`` records that, and chains when an
     adopter dies in turn.
     """
 

@@ -1,4 +1,4 @@
-"""Affinity consumer groups (seed 003): instances with their own durable queues, leases, takeover.
+"""Affinity consumer groups: instances with their own durable queues, leases, takeover.
 
 Every member of group ``G`` on topic ``T`` holds the durable subscription ``G.<member>`` on ``T``, so
 every member's queue receives every message; a member *processes* the messages whose session key

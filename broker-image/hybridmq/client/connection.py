@@ -1,7 +1,7 @@
 """Connecting a client to a CM: bootstrap list, failover to the next CM, handshake errors.
 
 Without a ``strategy`` the bootstrap addresses are tried in order. With one (``distribution.
-RoundRobin(directory_fetcher(bootstrap))`` or ``Centralized``, seed 002) the CM is chosen by it and
+RoundRobin(directory_fetcher(bootstrap))`` or ``Centralized``) the CM is chosen by it and
 ``connect_with_failover`` moves on to the next CM until one accepts. Authentication errors are not
 connection failures: they are raised at once.
 """
@@ -64,7 +64,7 @@ async def connect(
         "app": app or os.environ.get("HYBRIDMQ_APP"),
     }
     if strategy is None and os.environ.get("HYBRIDMQ_DISTRIBUTION"):
-        from hybridmq.client.directory import configured_strategy  # issue 6: distribution by env
+        from hybridmq.client.directory import configured_strategy  # distribution by env
 
         strategy = configured_strategy(bootstrap, app=str(hello["app"] or ""), user=user, password=password)
     if strategy is not None:

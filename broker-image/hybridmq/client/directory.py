@@ -1,4 +1,4 @@
-"""Talking to the directory (seed 002) and choosing the distribution strategy by configuration.
+"""Talking to the directory and choosing the distribution strategy by configuration.
 
 ``DirectoryClient`` asks any live CM (the bootstrap list first, then the CMs of the last broker table
 it saw, so it keeps working when the bootstrap CM is gone) for the broker table or, for centralized

@@ -1,4 +1,4 @@
-"""Which Connection Manager a client connects to (seed 002), and moving on when one fails.
+"""Which Connection Manager a client connects to, and moving on when one fails.
 
 Two strategies, chosen by configuration:
 

@@ -201,7 +201,7 @@ class FailoverProducer(Producer):
         producer = cls(
             conn, runner, reply["partition"], reply["producer_id"], int(reply.get("pid", -1)), **options
         )
-        # issue 4: an on-demand producer follows its partition's moves (Producer._move)
+        # an on-demand producer follows its partition's moves (Producer._move)
         producer._movable = named is None and reply_ptype == str(PartitionType.ON_DEMAND)
         producer._reconnector = rc
         producer._closing = False

@@ -1,7 +1,7 @@
 """Read partitions by offset: ``Fetcher`` (FETCH / FETCH_META through a CM).
 
 For tools that read the log itself rather than consume destinations - the PySpark data source and
-the delivery audit (issue 7)::
+the delivery audit::
 
     fetcher = await Fetcher.connect("127.0.0.1:7000", user="alice", password="...")
     for p in await fetcher.partitions():          # name, type, start_offset, end_offset, ...

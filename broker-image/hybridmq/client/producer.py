@@ -93,7 +93,7 @@ class Producer:
         self._timer: asyncio.TimerHandle | None = None
         self._outstanding: set[asyncio.Future[int]] = set()
         self._runner = runner
-        # issue 4 moves: the partition each unfinished batch was last sent to, the batches the old
+        # On-demand moves: the partition each unfinished batch was last sent to, the batches the old
         # partition refused (per old partition), new batches held back while a move is under way
         self._chains: dict[asyncio.Future[int], str] = {}
         self._move_parked: dict[str, list[tuple[dict[str, Any], asyncio.Future[int], int, float]]] = {}

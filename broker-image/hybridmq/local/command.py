@@ -1,4 +1,4 @@
-"""``hybridmq local`` with replication and failover (issue 4), and its process controls.
+"""``hybridmq local`` with replication and failover, and its process controls.
 
 * ``hybridmq local --mms 3 --replicas 2 [--fixed N] [--on-demand-per-mm K]``: 1 CM + N MMs as
   subprocesses, partitions planned by the in-process controller (operator planner, 1 s lease);

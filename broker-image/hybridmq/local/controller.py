@@ -1,6 +1,6 @@
 """The broker-only controller of ``hybridmq local``: liveness by heartbeat, the operator's planner.
 
-It plays the operator's part without Kubernetes (DESIGN.md §4): each MM heartbeats to it (the
+It plays the operator's part without Kubernetes: each MM heartbeats to it (the
 equivalent of renewing its Lease, with the same report as the ``hybridmq.io/report`` annotation);
 an MM whose heartbeat lapsed for ``lease_s`` (or that came back as a new process) is lost; then the
 operator's pure planner (``plan_assignments``) fails its partitions over and the new table is pushed

@@ -1,4 +1,4 @@
-"""``ReplicatedLocalCluster``: ``LocalCluster`` with replication and failover (issue 4).
+"""``ReplicatedLocalCluster``: ``LocalCluster`` with replication and failover.
 
 1 CM + N MMs as real subprocesses, started with ``--controller URL``: the in-process
 ``LocalController`` (this process, its own thread) plans the partitions with the operator's pure

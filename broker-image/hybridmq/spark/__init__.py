@@ -1,1 +1,1 @@
-"""PySpark integration: the ``hybridmq`` data source and the delivery audit (DESIGN.md §6)."""
+"""PySpark integration: the ``hybridmq`` data source and the delivery audit."""

@@ -27,7 +27,7 @@ __all__ = [
 
 
 def cluster_conditions(obs: ClusterObservation, on_demand_expected: bool = True) -> list[Condition]:
-    """The conditions of ``BrokerCluster.status`` (DESIGN §2)."""
+    """The conditions of ``BrokerCluster.status``."""
     return [
         ready.evaluate(obs, on_demand_expected),
         partitions_available.evaluate(obs, on_demand_expected),

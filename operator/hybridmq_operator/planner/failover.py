@@ -1,4 +1,4 @@
-"""Failover: what happens to a partition when MMs holding its replicas are lost (DESIGN.md §4.2-4.3).
+"""Failover: what happens to a partition when MMs holding its replicas are lost.
 
 * The primary is lost: promote the in-sync replica with the longest log (ties: lowest rank) at
   ``epoch + 1`` and drop the lost MMs. A fixed partition keeps serving its producers; an on-demand

@@ -1,4 +1,4 @@
-"""The on-demand partition lifecycle (seed 000, FIG. 7-9; DESIGN.md §4.3-4.4).
+"""The on-demand partition lifecycle (see docs/design.md, failover and the partition lifecycle).
 
 * Every eligible MM keeps ``perMessageManager`` writable on-demand partitions with their primary on
   it: a new (or returning) MM gets its own (FIG. 7).

@@ -1,4 +1,4 @@
-"""The directory every CM serves (seed 002): broker table, application table, "which CM next".
+"""The directory every CM serves: broker table, application table, "which CM next".
 
 * **Broker table**: the BrokerCluster broker table (from the ``AssignmentSource``), with each CM's
   ``ready`` overridden by what this CM last saw of it (a peer that does not answer is not ready), so

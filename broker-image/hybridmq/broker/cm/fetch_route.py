@@ -1,6 +1,6 @@
 """FETCH / FETCH_META on the CM: read a partition by offset through the partition's primary MM.
 
-Clients only know CMs, so reads by offset (issue 7: the PySpark data source, the audit) go through
+Clients only know CMs, so reads by offset (the PySpark data source, the audit) go through
 one like everything else:
 
 * FETCH ``{c, p, o, e?, mb?, i?}`` is forwarded to the primary MM of ``p`` with the partition epoch

@@ -1,4 +1,4 @@
-"""Publishing a takeover marker to every subscriber of a topic (seed 003's broker support).
+"""Publishing a takeover marker to every subscriber of a topic.
 
 A MARKER request ``{c, d (topic), id (marker id), v (optional value bytes)}`` makes the CM append one
 record to **every writable partition** (through each partition's primary MM, like a PRODUCE with the

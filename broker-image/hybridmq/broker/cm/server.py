@@ -293,7 +293,7 @@ class ConnectionManager:
                 return self._directory_request(session, frame)
             elif t == FrameType.MARKER:
                 return self._marker(session, frame)
-            elif t == FrameType.FETCH:  # issue 7: read by offset (cm/fetch_route.py)
+            elif t == FrameType.FETCH:  # read by offset (cm/fetch_route.py)
                 return fetch_route.fetch(self, session, frame)
             elif t == FrameType.FETCH_META:
                 return fetch_route.fetch_meta(self, session, frame)

@@ -88,7 +88,7 @@ class ProducerSequence(ControlRecord):
 
 @dataclass(frozen=True, slots=True)
 class Marker(ControlRecord):
-    """A marker (seed 003 takeover protocol, drain/seal points, ...): ``kind`` plus free data."""
+    """A marker (affinity takeover protocol, drain/seal points, ...): ``kind`` plus free data."""
 
     TYPE: ClassVar[int] = 5
     kind: str

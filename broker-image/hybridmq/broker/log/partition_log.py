@@ -718,7 +718,7 @@ class PartitionLog:
 
         ``producer_snapshot`` (from the primary's :meth:`producer_snapshot`, taken at its offset S
         >= ``offset``) becomes the producer state; raw batches below S, fetched afterwards, do not
-        update it again (seed 001: commands up to the snapshot's sequence numbers are ignored).
+        update it again (commands up to the snapshot's sequence numbers are ignored).
         """
         if self._closed:
             raise LogClosedError(str(self.path))

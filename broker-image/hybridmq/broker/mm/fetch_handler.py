@@ -1,6 +1,6 @@
 """FETCH / FETCH_META on the MM: read stored batches of a hosted partition by offset.
 
-The read side of the fetch-by-offset API (issue 7: the PySpark data source and the audit read
+The read side of the fetch-by-offset API (the PySpark data source and the audit read
 partitions of a live cluster). The CM routes a client's FETCH to the partition's primary with the
 partition epoch (``pe``); this module answers it from the partition log:
 

@@ -72,7 +72,7 @@ class PartitionHost:
         self._wake = wake or (lambda: None)
         self._tasks: list[asyncio.Task[None]] = []
         self.appended_records = 0
-        # Replication (issue 4) plugs in here: awaited after the local flush, before any ack is sent
+        # Replication plugs in here: awaited after the local flush, before any ack is sent
         # and before the records become visible to consumers (the high watermark).
         self.commit_waiter: Callable[[int], Awaitable[None]] | None = None
         self.retention_interval = 5.0
@@ -168,7 +168,7 @@ class PartitionHost:
                     await self.commit_waiter(end)
                 self.storage.visible_end = max(self.storage.visible_end, end)
             except Exception as exc:
-                # Replication (issue 4) fails a commit with a retriable ``frame_code`` (NOT_PRIMARY,
+                # Replication fails a commit with a retriable ``frame_code`` (NOT_PRIMARY,
                 # MM_UNAVAILABLE): the producers resend and the sequence numbers drop duplicates.
                 code = getattr(exc, "frame_code", None)
                 if code is None:

@@ -1,4 +1,4 @@
-"""``ReplicatedMessageManager``: the MM server with replication (issue 4) wired in.
+"""``ReplicatedMessageManager``: the MM server with replication wired in.
 
 It is the MM of ``hybridmq.broker.mm.server`` whose partitions are managed by a
 ``ReplicaManager`` (primary or backup per partition, as the assignment says) instead of being

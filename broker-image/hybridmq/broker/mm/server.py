@@ -238,7 +238,7 @@ class MessageManager:
                 self.wake()
             elif t == FrameType.PING:
                 conn.reply(frame, {"t": FrameType.PONG})
-            elif t in (FrameType.FETCH, FrameType.FETCH_META):  # issue 7: read by offset
+            elif t in (FrameType.FETCH, FrameType.FETCH_META):  # read by offset
                 fetch_handler.handle(self, conn, frame)
             elif t == FrameType.ADMIN:
                 conn.reply(frame, {"t": FrameType.ADMIN_PART, "i": 0, "of": 1, "data": self.stats()})

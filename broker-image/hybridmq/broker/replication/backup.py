@@ -22,10 +22,10 @@ The loop:
    and cut our log there: whatever an old primary wrote that the new one never had goes.
 2. **Catch up from a snapshot** when our log ends before the primary's log start (new backup,
    or one away longer than retention): restart the log at the primary's log start with the
-   primary's producer sequence table (seed 001), hand ``app_state`` to ``on_snapshot``, then fetch
+   primary's producer sequence table, hand ``app_state`` to ``on_snapshot``, then fetch
    the tail. A marker file in the log directory makes an interrupted catch-up start over.
 3. **Fetch** from our log end, ``append_raw`` what comes (CRC and offset continuity checked: an
-   offset that does not follow is an error, as in seed 001), and repeat. Each fetch tells the
+   offset that does not follow is an error), and repeat. Each fetch tells the
    primary our log end; the primary decides when we are in sync again.
 
 A fetch with an older epoch than the primary's is refused (``FENCED_EPOCH``): the fetcher then

@@ -70,7 +70,7 @@ class SnapshotRequest:
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
-    """A primary's externalized state for a new or far-behind backup (seed 001).
+    """A primary's externalized state for a new or far-behind backup.
 
     The backup restarts its log at ``log_start_offset`` and fetches the tail from there.
     ``producer_state`` is the producer sequence-number table as of ``snapshot_offset`` (the

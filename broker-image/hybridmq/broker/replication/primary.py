@@ -365,7 +365,7 @@ class PartitionPrimary:
         )
 
     def handle_snapshot(self, request: SnapshotRequest) -> Snapshot:
-        """Externalize the state a new backup needs (seed 001: messages + sequence-number table)."""
+        """Externalize the state a new backup needs (messages + sequence-number table)."""
         log = self.log
         error = self._fetch_error(request.epoch, request.replica_id)
         if error is not ErrorCode.NONE:
