@@ -26,7 +26,8 @@ from typing import Any
 
 import pytest
 
-from hybridmq.client import Consumer, Fetcher, Message, Producer
+from hybridmq.api.frames import ErrorCode
+from hybridmq.client import ClientError, Consumer, Fetcher, Message, Producer
 from hybridmq.local.replicated import ReplicatedLocalCluster
 from hybridmq.local.runner import LocalCluster
 
@@ -163,6 +164,9 @@ async def test_flood_of_bad_connections_stays_out_of_user_partitions(flood_clust
 
     # 1. No _LOG record in any user partition: read every one of them back as a user would.
     try:
+        with pytest.raises(ClientError) as refused:  # nor can a client write to the internal one
+            await Producer.connect(c.bootstrap, partition_type="fixed", partition="_log.mm-0")
+        assert refused.value.code == ErrorCode.UNKNOWN_PARTITION
         user_partitions = await fetcher.partitions()
         assert {p.type for p in user_partitions} <= {"fixed", "on-demand"}
         for meta in user_partitions:
@@ -210,6 +214,6 @@ async def test_flood_of_bad_connections_stays_out_of_user_partitions(flood_clust
 
     # 5. The legitimate producer barely notices. The goal is 1.5x; the flood's own CPU (its client,
     # the accepts and refusals) competes with the producer on a shared 2-core machine, so the bound
-    # is generous, yet a flood that costs the producer's partition a replicated write per batch of
-    # events (the defect: p99 x10 and more) still fails it.
-    assert f99 <= max(4 * q99, q99 + 0.1), (q99, f99)
+    # is 3x (measured here: 0.7x-1.5x; with the events written into the producer's partition and a
+    # stderr line per bad connection: 4.8x-5.3x).
+    assert f99 <= max(3 * q99, q99 + 0.03), (q99, f99)
