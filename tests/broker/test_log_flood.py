@@ -209,6 +209,7 @@ async def test_flood_of_bad_connections_stays_out_of_user_partitions(flood_clust
     for node in ("cm-0", "mm-0"):
         lines = (c.dir / f"{node}.log").read_text(errors="replace").splitlines()
         warned = [ln for ln in lines if " WARNING " in ln]
+        print(f"{node}: {len(warned)} WARNING lines on stderr")
         assert any("more like this in the last" in ln for ln in warned), node
         assert len(warned) < expected[node] / 10, (node, len(warned))
 

@@ -28,8 +28,11 @@ class Capture(logging.Handler):
         self.lines.append((record.getMessage(), getattr(record, "repeated", None)))
 
 
+Setup = tuple[logging.Logger, RepeatSummarizer, Capture, Capture, Clock]
+
+
 @pytest.fixture
-def setup() -> Iterator[tuple[logging.Logger, RepeatSummarizer, Capture, Capture, Clock]]:
+def setup() -> Iterator[Setup]:
     clock = Clock()
     summarizer = RepeatSummarizer(interval=10, burst=3, max_keys=4, clock=clock)
     logger = logging.getLogger("hybridmq.test.summary")
@@ -44,7 +47,7 @@ def setup() -> Iterator[tuple[logging.Logger, RepeatSummarizer, Capture, Capture
         top.removeHandler(h)
 
 
-def test_flood_becomes_first_records_and_one_summary_per_interval(setup) -> None:  # type: ignore[no-untyped-def]
+def test_flood_becomes_first_records_and_one_summary_per_interval(setup: Setup) -> None:
     logger, summarizer, first, second, clock = setup
     for i in range(1000):
         logger.warning("bad peer %s", f"10.0.0.{i % 250}")
@@ -69,7 +72,7 @@ def test_flood_becomes_first_records_and_one_summary_per_interval(setup) -> None
     assert first.lines[-1] == ("bad peer back", None)
 
 
-def test_other_messages_pass_during_a_flood(setup) -> None:  # type: ignore[no-untyped-def]
+def test_other_messages_pass_during_a_flood(setup: Setup) -> None:
     logger, _, first, _, _ = setup
     for _ in range(100):
         logger.warning("flood %d", 1)
@@ -78,7 +81,7 @@ def test_other_messages_pass_during_a_flood(setup) -> None:  # type: ignore[no-u
     assert ("something else", None) in first.lines and ("flood 1", None) in first.lines[-1:]
 
 
-def test_bounded_number_of_groups(setup) -> None:  # type: ignore[no-untyped-def]
+def test_bounded_number_of_groups(setup: Setup) -> None:
     logger, summarizer, first, _, clock = setup
     for i in range(100):
         logger.warning(f"distinct {i}")  # a template per record: the worst case
