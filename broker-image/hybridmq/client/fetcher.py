@@ -210,9 +210,9 @@ class Fetcher:
     ) -> list[PartitionMeta]:
         """Every partition (or those named) with its log start and high watermark, by name.
 
-        ``internal`` adds each MM's internal log partition (type ``"internal"``, ``_log.<mm>``: the
-        ``topic:_LOG`` events, which are never stored in a user partition); read it with
-        ``fetch(..., internal=True)``.
+        ``internal`` adds the internal log partition of each MM that answers (type
+        ``"internal"``, ``_log.<mm>``: the ``topic:_LOG`` events, which are never stored in a user
+        partition); read it with ``fetch(..., internal=True)``.
 
         A partition whose primary does not answer is retried for ``retry_s``; then the error
         (MM_UNAVAILABLE / NOT_PRIMARY) is raised as ``ClientError``.

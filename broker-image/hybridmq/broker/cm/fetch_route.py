@@ -14,8 +14,9 @@ one like everything else:
   contiguous without its content.
 * FETCH_META ``{c, p?, i?}`` lists partitions from the assignment table with each one's log start,
   high watermark and log end as its primary MM reports them (``err`` names why they are missing).
-  With ``i`` it adds each MM's internal log partition ``_log.<mm>`` (type ``internal``: the
-  ``topic:_LOG`` events, never in a user partition), which FETCH with ``i`` reads (epoch 0).
+  With ``i`` it adds the internal log partition ``_log.<mm>`` of each MM that answers (type
+  ``internal``: the ``topic:_LOG`` events, never in a user partition), which FETCH with ``i``
+  reads (epoch 0).
   With ``pids`` (producer ids) each entry also has ``producers``: ``{pid: [producer epoch, last
   stored sequence, [[first seq, last seq, base offset, last offset], ...]]}`` from the partition
   log's replicated producer-sequence table, answered only by the primary of the table's epoch (an
@@ -184,13 +185,22 @@ async def _fetch_meta(cm: ConnectionManager, session: Session, frame: dict[str, 
             entry["err"] = answer if isinstance(answer, str) else ErrorCode.NOT_PRIMARY.name
         partitions.append(entry)
     for name, mm in internal:
-        entry = {"name": name, "type": INTERNAL_TYPE, "primary": mm, "epoch": 0, "writable": False}
         answer = answers.get(mm)
-        if isinstance(answer, dict) and name in answer:
-            entry.update(start=answer[name]["start"], hw=answer[name]["hw"], end=answer[name]["end"])
-        else:
-            entry["err"] = answer if isinstance(answer, str) else ErrorCode.NOT_PRIMARY.name
-        partitions.append(entry)
+        if not (isinstance(answer, dict) and name in answer):
+            continue  # its MM is down: its events are unreadable until it is back, not an error
+        meta = answer[name]
+        partitions.append(
+            {
+                "name": name,
+                "type": INTERNAL_TYPE,
+                "primary": mm,
+                "epoch": 0,
+                "writable": False,
+                "start": meta["start"],
+                "hw": meta["hw"],
+                "end": meta["end"],
+            }
+        )
     session.conn.reply(frame, {"t": FrameType.OK, "partitions": partitions})
 
 
