@@ -9,6 +9,8 @@ import signal
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
+from hybridmq.broker.log_summary import DEFAULT_INTERVAL_S, configure
+
 
 def install_uvloop() -> None:
     try:
@@ -19,8 +21,11 @@ def install_uvloop() -> None:
         pass
 
 
-def setup_logging(level: str = "INFO") -> None:
+def setup_logging(level: str = "INFO", summary_interval: float = DEFAULT_INTERVAL_S) -> None:
+    """stderr logging; repeated records are summarized (``log_summary.py``) on stderr as on
+    ``topic:_LOG``: a flood costs a counter, not a line each. ``summary_interval`` 0 turns it off."""
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure(interval=summary_interval)
 
 
 async def serve_until_signal(start: Callable[[], Awaitable[Any]], stop: Callable[[], Awaitable[Any]]) -> None:

@@ -36,6 +36,12 @@ def _common_server(p: argparse.ArgumentParser, default_port: int) -> None:
     p.add_argument("--cluster-token", default=_env("CLUSTER_TOKEN"))
     p.add_argument("--max-frame", type=int, default=int(_env("MAX_FRAME", str(16 << 20)) or 0))
     p.add_argument("--log-level", default=_env("LOG_LEVEL", "INFO"))
+    p.add_argument(
+        "--log-summary-interval",
+        type=float,
+        default=float(_env("LOG_SUMMARY_INTERVAL", "10") or 10),
+        help="seconds: past 5 records of one message in this time, one summary with the count (0: off)",
+    )
     # Issue 4: assignments, liveness and failover from the local controller (``hybridmq local``).
     p.add_argument("--controller", default=_env("CONTROLLER"), help="local controller URL (broker-only)")
 
@@ -81,7 +87,7 @@ def cmd_mm(args: argparse.Namespace) -> None:
     from hybridmq.broker.mm.server import MessageManager, MMConfig
     from hybridmq.broker.runtime import run, setup_logging
 
-    setup_logging(args.log_level)
+    setup_logging(args.log_level, args.log_summary_interval)
     host, port = _split(args.bind)
     config = MMConfig(
         name=args.name,
@@ -116,7 +122,7 @@ def cmd_cm(args: argparse.Namespace) -> None:
     from hybridmq.broker.cm.server import CMConfig, ConnectionManager
     from hybridmq.broker.runtime import run, setup_logging
 
-    setup_logging(args.log_level)
+    setup_logging(args.log_level, args.log_summary_interval)
     host, port = _split(args.bind)
     config = CMConfig(
         name=args.name, host=host, port=port, max_frame=args.max_frame, cluster_token=args.cluster_token

@@ -59,7 +59,7 @@ class OffsetOutOfRangeError(ClientError):
 @dataclass(frozen=True, slots=True)
 class PartitionMeta:
     name: str
-    type: str  # "fixed" | "on-demand"
+    type: str  # "fixed" | "on-demand" | "internal" (an MM's log partition, with ``internal=True``)
     start_offset: int  # log start: the earliest offset still stored
     end_offset: int  # high watermark: the committed end (exclusive)
     log_end_offset: int  # may be ahead of end_offset while records are not committed yet
@@ -205,8 +205,14 @@ class Fetcher:
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.5)
 
-    async def partitions(self, names: list[str] | None = None) -> list[PartitionMeta]:
+    async def partitions(
+        self, names: list[str] | None = None, *, internal: bool = False
+    ) -> list[PartitionMeta]:
         """Every partition (or those named) with its log start and high watermark, by name.
+
+        ``internal`` adds the internal log partition of each MM that answers (type
+        ``"internal"``, ``_log.<mm>``: the ``topic:_LOG`` events, which are never stored in a user
+        partition); read it with ``fetch(..., internal=True)``.
 
         A partition whose primary does not answer is retried for ``retry_s``; then the error
         (MM_UNAVAILABLE / NOT_PRIMARY) is raised as ``ClientError``.
@@ -216,6 +222,8 @@ class Fetcher:
         frame: dict[str, Any] = {"t": FrameType.FETCH_META}
         if names is not None:
             frame["p"] = list(names)
+        if internal:
+            frame["i"] = True
         while True:
             reply = await self._request(frame)
             entries = list(reply.get("partitions") or [])
@@ -253,7 +261,8 @@ class Fetcher:
 
         About ``max_bytes`` of them (at least one batch when any record is in range); an empty
         ``batches`` means nothing is there (yet). ``internal`` also returns ``topic:_LOG`` and
-        ``queue:_DMQ`` batches (when the consume ACL allows).
+        ``queue:_DMQ`` batches (when the consume ACL allows) and reads the MMs' internal log
+        partitions (``partitions(internal=True)``).
         """
         frame: dict[str, Any] = {"t": FrameType.FETCH, "p": partition, "o": int(offset), "mb": int(max_bytes)}
         if max_offset is not None:

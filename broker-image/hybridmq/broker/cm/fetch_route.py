@@ -12,8 +12,11 @@ one like everything else:
   of an internal ``_`` destination (unless ``i`` asks for ``topic:_LOG`` / ``queue:_DMQ``), is
   replaced by a stub ``{o, n, ctl: true, skip: "acl" | "internal"}`` that keeps the offsets
   contiguous without its content.
-* FETCH_META ``{c, p?}`` lists partitions from the assignment table with each one's log start,
+* FETCH_META ``{c, p?, i?}`` lists partitions from the assignment table with each one's log start,
   high watermark and log end as its primary MM reports them (``err`` names why they are missing).
+  With ``i`` it adds the internal log partition ``_log.<mm>`` of each MM that answers (type
+  ``internal``: the ``topic:_LOG`` events, never in a user partition), which FETCH with ``i``
+  reads (epoch 0).
   With ``pids`` (producer ids) each entry also has ``producers``: ``{pid: [producer epoch, last
   stored sequence, [[first seq, last seq, base offset, last offset], ...]]}`` from the partition
   log's replicated producer-sequence table, answered only by the primary of the table's epoch (an
@@ -36,12 +39,14 @@ from hybridmq.api.frames import (
     error_frame,
     is_reserved,
 )
+from hybridmq.broker.log_events import log_partition, log_partition_owner
 from hybridmq.broker.protocol import RemoteError
 
 if TYPE_CHECKING:
     from hybridmq.broker.cm.server import ConnectionManager, Session
 
 READABLE_INTERNAL = (DMQ_DESTINATION, LOG_DESTINATION)
+INTERNAL_TYPE = "internal"  # the type FETCH_META gives an MM's internal log partition
 MM_TIMEOUT_S = 30.0
 META_TIMEOUT_S = 10.0
 
@@ -70,14 +75,16 @@ async def fetch_meta(cm: ConnectionManager, session: Session, frame: dict[str, A
 async def _fetch(cm: ConnectionManager, session: Session, frame: dict[str, Any]) -> None:
     name = str(frame["p"])
     a = cm.source.partitions().get(name)
-    if a is None:
+    owner = _internal_owner(cm, name) if frame.get("i") else None
+    if a is None and owner is None:
         session.conn.reply_error(frame, ErrorCode.UNKNOWN_PARTITION, f"no partition {name!r}")
         return
-    conn = _link_conn(cm, a.primary)
+    primary, epoch = (a.primary, a.epoch) if a is not None else (owner, 0)
+    conn = _link_conn(cm, primary)
     if conn is None:
         session.conn.reply_error(frame, ErrorCode.MM_UNAVAILABLE, f"primary of {name} unavailable")
         return
-    request: dict[str, Any] = {"t": FrameType.FETCH, "p": name, "o": int(frame["o"]), "pe": a.epoch}
+    request: dict[str, Any] = {"t": FrameType.FETCH, "p": name, "o": int(frame["o"]), "pe": epoch}
     if frame.get("e") is not None:
         request["e"] = int(frame["e"])
     if frame.get("mb") is not None:
@@ -135,6 +142,13 @@ async def _fetch_meta(cm: ConnectionManager, session: Session, frame: dict[str, 
     by_mm: dict[str, list[str]] = {}
     for a in chosen:
         by_mm.setdefault(a.primary or "", []).append(a.name)
+    internal: list[tuple[str, str]] = []  # (name, MM) of the MMs' internal log partitions
+    if frame.get("i"):
+        for mm in sorted(_mm_names(cm)):
+            name = log_partition(mm)
+            if names is None or name in names:
+                internal.append((name, mm))
+                by_mm.setdefault(mm, []).append(name)
 
     async def ask(mm: str, wanted: list[str]) -> tuple[str, dict[str, Any] | str]:
         conn = _link_conn(cm, mm)
@@ -170,4 +184,31 @@ async def _fetch_meta(cm: ConnectionManager, session: Session, frame: dict[str, 
         else:
             entry["err"] = answer if isinstance(answer, str) else ErrorCode.NOT_PRIMARY.name
         partitions.append(entry)
+    for name, mm in internal:
+        answer = answers.get(mm)
+        if not (isinstance(answer, dict) and name in answer):
+            continue  # its MM is down: its events are unreadable until it is back, not an error
+        meta = answer[name]
+        partitions.append(
+            {
+                "name": name,
+                "type": INTERNAL_TYPE,
+                "primary": mm,
+                "epoch": 0,
+                "writable": False,
+                "start": meta["start"],
+                "hw": meta["hw"],
+                "end": meta["end"],
+            }
+        )
     session.conn.reply(frame, {"t": FrameType.OK, "partitions": partitions})
+
+
+def _mm_names(cm: ConnectionManager) -> set[str]:
+    return {b.name for b in cm.source.message_managers()}
+
+
+def _internal_owner(cm: ConnectionManager, name: str) -> str | None:
+    """The MM whose internal log partition ``name`` is (None: not one, or no such MM)."""
+    owner = log_partition_owner(name)
+    return owner if owner is not None and owner in _mm_names(cm) else None

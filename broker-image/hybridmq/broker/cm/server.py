@@ -54,7 +54,7 @@ from hybridmq.broker.cm.markers import publish_marker
 from hybridmq.broker.cm.mm_links import MMLink
 from hybridmq.broker.destinations.matching import MATCH_KINDS, make_matcher
 from hybridmq.broker.ids import IdGenerator
-from hybridmq.broker.log_events import LogEventBuffer
+from hybridmq.broker.log_events import LogEventBuffer, log_partition, log_partition_owner
 from hybridmq.broker.protocol import Connection, ProtocolError, RemoteError, read_frame
 from hybridmq.broker.protocol.connection import HIGH_WATER, ConnectionClosed
 
@@ -147,28 +147,29 @@ class ConnectionManager:
             self._log_events.remove()
 
     async def _publish_log_events(self) -> None:
-        """Forward this CM's log events to ``topic:_LOG`` through a writable on-demand partition."""
+        """Forward this CM's log events to ``topic:_LOG`` in the internal log partition of one MM
+        (never a user partition); CMs spread over the MMs by name."""
         while True:
             await asyncio.sleep(0.5)
-            live = [a for a in self.source.writable(PartitionType.ON_DEMAND) if self._link_up(a.primary)]
-            live = live or [a for a in self.source.writable(PartitionType.FIXED) if self._link_up(a.primary)]
+            self._log_events.summarizer.tick()
+            live = sorted(n for n in self.links if self._link_up(n))
             taken = self._log_events.take_blob() if live else None
             if taken is None:
                 continue
-            a = live[0]
-            conn = self.links[a.primary or ""].conn
+            mm = live[zlib.crc32(self.config.name.encode()) % len(live)]
+            conn = self.links[mm].conn
             if conn is None:
                 continue
             fut = conn.request_nowait(
                 {
                     "t": FrameType.PRODUCE,
-                    "p": a.name,
+                    "p": log_partition(mm),
                     "d": LOG_DESTINATION,
                     "n": taken[0],
                     "b": taken[1],
                     "f": 0,
                     "x": 0,
-                    "e": a.epoch,
+                    "e": 0,
                 }
             )
             fut.add_done_callback(lambda f: f.exception())
@@ -460,12 +461,13 @@ class ConnectionManager:
     def _ack(self, session: Session, frame: dict[str, Any]) -> None:
         key = session.subs.get(int(frame["s"]))
         a = self.source.partitions().get(frame.get("p", ""))
-        if key is None or a is None:
+        owner = log_partition_owner(str(frame.get("p", "")))  # an MM's internal log: epoch 0
+        if key is None or (a is None and owner is None):
             return
-        link = self.links.get(a.primary or "")
+        link = self.links.get((a.primary if a is not None else owner) or "")
         if link is not None and link.conn is not None and not link.conn.closed:
             frame["s"] = key
-            frame["e"] = a.epoch
+            frame["e"] = a.epoch if a is not None else 0
             link.conn.send_nowait(frame)
 
     # -- admin / directory -----------------------------------------------------------------------

@@ -20,6 +20,7 @@ from hybridmq.broker.destinations.delivery import ConsumerLink
 from hybridmq.broker.log.config import LogConfig
 from hybridmq.broker.log_events import LogEventBuffer
 from hybridmq.broker.mm import fetch_handler
+from hybridmq.broker.mm.internal_log import InternalLogHost, open_internal_log
 from hybridmq.broker.mm.partition import PartitionHost
 from hybridmq.broker.mm.storage import PartitionStorage
 from hybridmq.broker.protocol import Connection, ProtocolError, read_frame
@@ -64,6 +65,14 @@ class MessageManager:
         self.source.subscribe(self._on_assignments)
         self._sync_partitions()
         self._tasks.append(asyncio.create_task(self._dispatcher()))
+        self.log_host = open_internal_log(
+            self.config.name,
+            self.config.data_dir,
+            self.config.max_frame,
+            self.config.retention_interval,
+            self.wake,
+        )
+        self.hosts[self.log_host.name] = self.log_host  # consumers of topic:_LOG read it like any host
         self._log_events = LogEventBuffer(self.config.name, "mm").install()
         self._tasks.append(asyncio.create_task(self._publish_log_events()))
         self._server = await asyncio.start_server(
@@ -87,16 +96,15 @@ class MessageManager:
             self._log_events.remove()
 
     async def _publish_log_events(self) -> None:
-        """Append this MM's log events to ``topic:_LOG`` in its first hosted partition."""
+        """Append this MM's log events (summaries first) to ``topic:_LOG`` in its internal log."""
         while True:
             await asyncio.sleep(0.5)
-            hosts = [h for _, h in sorted(self.hosts.items()) if h.primary]
-            taken = self._log_events.take_blob() if hosts else None
+            self._log_events.summarizer.tick()
+            taken = self._log_events.take_blob()
             if taken is None:
                 continue
-            count, blob = taken
             try:
-                hosts[0].append_internal(LOG_DESTINATION, count, blob)
+                self.log_host.append_internal(LOG_DESTINATION, taken[0], taken[1])
             except Exception:
                 continue
 
@@ -279,5 +287,19 @@ class MessageManager:
                     },
                 }
                 for name, h in self.hosts.items()
+                if not isinstance(h, InternalLogHost)
             },
+            "internal_log": self._internal_log_stats(),
+        }
+
+    def _internal_log_stats(self) -> dict[str, Any] | None:
+        """The internal ``topic:_LOG`` partition, apart from the user partitions."""
+        if not hasattr(self, "log_host"):
+            return None
+        return {
+            "partition": self.log_host.name,
+            "start_offset": self.log_host.storage.start_offset,
+            "end_offset": self.log_host.storage.end_offset,
+            "events_dropped": self._log_events.dropped,
+            "log_records_suppressed": self._log_events.summarizer.suppressed_total,
         }
