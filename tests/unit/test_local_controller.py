@@ -13,7 +13,11 @@ MMS = ["mm-0", "mm-1", "mm-2"]
 def _controller() -> LocalController:
     brokers = [BrokerEntry(name=m, role=BrokerRole.MM, address="127.0.0.1:1") for m in MMS]
     return LocalController(
-        MMS, brokers, spec=cluster_spec(fixed=2, replicas=2, on_demand_per_mm=0), startup_grace_s=0
+        MMS,
+        brokers,
+        spec=cluster_spec(fixed=2, replicas=2, on_demand_per_mm=0),
+        startup_grace_s=0,
+        secret="a-test-cluster-secret",
     )
 
 
