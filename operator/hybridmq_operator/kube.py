@@ -31,6 +31,8 @@ PLURALS: dict[str, str] = {
     "Pod": "pods",
     "Lease": "leases",
     "Event": "events",
+    "Secret": "secrets",
+    "NetworkPolicy": "networkpolicies",
     names.PARTITION_KIND: names.PARTITION_PLURAL,
     names.CLUSTER_KIND: names.CLUSTER_PLURAL,
 }

@@ -44,6 +44,9 @@ CM_CLIENT_PORT: Final = 7400
 MM_PORT: Final = 7500
 HTTP_PORT: Final = 8080
 
+# The key of the cluster secret in Secret/<cluster>-cluster-secret (HYBRIDMQ_CLUSTER_SECRET of the brokers).
+CLUSTER_SECRET_KEY: Final = "secret"
+
 CONFIG_FILE: Final = "hybridmq.yaml"
 CONFIG_MOUNT: Final = "/etc/hybridmq"
 DATA_MOUNT: Final = "/var/lib/hybridmq"
@@ -60,6 +63,14 @@ def headless_service_name(cluster: str, role: str) -> str:
 
 def client_service_name(cluster: str) -> str:
     return cluster
+
+
+def cluster_secret_name(cluster: str) -> str:
+    return f"{cluster}-cluster-secret"
+
+
+def network_policy_name(cluster: str) -> str:
+    return f"{cluster}-mm-peers"
 
 
 def configmap_name(cluster: str) -> str:

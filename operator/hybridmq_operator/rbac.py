@@ -43,6 +43,13 @@ OPERATOR_RULES: list[dict[str, Any]] = [
         "verbs": ["get", "create", "patch"],
     },
     {"apiGroups": ["apps"], "resources": ["statefulsets"], "verbs": ["get", "create", "patch"]},
+    {
+        "apiGroups": ["networking.k8s.io"],
+        "resources": ["networkpolicies"],
+        "verbs": ["get", "create", "patch"],
+    },
+    # The cluster secret: created once (AlreadyExists is fine), never read, updated or listed.
+    {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
     {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": ["get", "create", "patch"]},
     {
         "apiGroups": ["rbac.authorization.k8s.io"],

@@ -21,7 +21,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
 
 @pytest.fixture(scope="module")
 def secure_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    """A cluster with a credentials file and ACLs: alice may produce/consume orders.*, bob only consume."""
+    """A cluster with a credentials file and ACLs: alice may produce/consume orders.*, bob only consume
+    (orders.* and his own ``queue:bob.*``)."""
     d = tmp_path_factory.mktemp("secure")
     creds = d / "users"
     creds.mkdir()
@@ -32,7 +33,7 @@ def secure_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCl
         json.dumps(
             {
                 "alice": {"produce": ["topic:orders.*", "queue:*"], "consume": ["topic:orders.*", "queue:*"]},
-                "bob": {"produce": [], "consume": ["topic:orders.*"]},
+                "bob": {"produce": [], "consume": ["topic:orders.*", "queue:bob.*"]},
             }
         )
     )

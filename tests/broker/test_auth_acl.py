@@ -59,3 +59,53 @@ def test_credentials_are_stored_as_salted_hashes() -> None:
     assert "pw" not in stored["u"] and stored["u"] != stored["v"]  # salted
     assert store.authenticate("u", "pw") and not store.authenticate("u", "nope")
     assert not store.authenticate("nobody", "pw")
+
+
+async def test_wildcard_subscription_cannot_reach_another_users_queue(secure_cluster: LocalCluster) -> None:
+    """bob may consume only queue:bob.*; wildcards that also match alice's queue get none of hers."""
+    alice = await Producer.connect(secure_cluster.bootstrap, **ALICE)
+    sent = [f"alice-{i}".encode() for i in range(20)]
+    for value in sent[:10]:
+        await alice.send("queue:alice.inbox", value)
+    # The pattern's text matches bob's grant, the regex also matches alice's queues.
+    sneaky = await Consumer.connect(secure_cluster.bootstrap, "queue:bob.*|alice.*", match="regex", **BOB)
+    broad = await Consumer.connect(secure_cluster.bootstrap, "queue:*", match="glob", **BOB)
+    for value in sent[10:]:  # destinations matched after the subscription too
+        await alice.send("queue:alice.inbox", value)
+    await alice.send("queue:bob.mail", b"for bob")
+    got = []
+    for consumer in (sneaky, broad):
+        while True:
+            try:
+                msg = await consumer.receive(timeout=3)
+            except TimeoutError:
+                break
+            assert isinstance(msg, Message)
+            got.append((msg.destination, msg.value))
+            consumer.ack(msg)
+    assert got == [("queue:bob.mail", b"for bob")]
+    await sneaky.close()
+    await broad.close()
+
+    # A pattern that can only match denied destinations is refused, with the reason.
+    for pattern, match in (
+        (r"queue:alice\..*", "regex"),
+        ("queue:alice.*", "glob"),
+        ("topic:payroll.*", "glob"),
+    ):
+        with pytest.raises(ClientError) as err:
+            await Consumer.connect(secure_cluster.bootstrap, pattern, match=match, **BOB)
+        assert err.value.code == ErrorCode.ACL_DENIED
+        assert "may not consume from any destination" in str(err.value) and pattern in str(err.value)
+
+    # alice, the owner, still gets every one of her messages.
+    owner = await Consumer.connect(secure_cluster.bootstrap, "queue:alice.inbox", **ALICE)
+    received = []
+    for _ in sent:
+        msg = await owner.receive(timeout=15)
+        assert isinstance(msg, Message)
+        received.append(msg.value)
+        owner.ack(msg)
+    assert sorted(received) == sorted(sent)
+    await owner.close()
+    await alice.close()

@@ -18,7 +18,11 @@ DEST = "queue:frozen"
 
 
 def _signal(cluster: ReplicatedLocalCluster, mm: str, sig: str) -> None:
-    req = urllib.request.Request(f"{cluster.controller_url}/kill/{mm}?signal={sig}", method="POST")
+    req = urllib.request.Request(
+        f"{cluster.controller_url}/kill/{mm}?signal={sig}",
+        method="POST",
+        headers={"Authorization": f"Bearer {cluster.cluster_secret}"},
+    )
     with urllib.request.urlopen(req, timeout=10) as resp:
         assert resp.status == 200
 
@@ -59,7 +63,14 @@ async def test_sigstop_primary_is_fenced_then_steps_down(tmp_path: Path) -> None
         conn, _ = await open_connection(
             "127.0.0.1",
             cluster.mm_ports[victim],
-            {"t": FrameType.HELLO, "v": PROTOCOL_VERSION, "id": "test", "role": "cm", "user": "cm"},
+            {
+                "t": FrameType.HELLO,
+                "v": PROTOCOL_VERSION,
+                "id": "test",
+                "role": "cm",
+                "user": "cm",
+                "password": cluster.cluster_secret,
+            },
         )
         runner = asyncio.create_task(conn.run())
         try:

@@ -63,7 +63,13 @@ async def test_mm_refuses_a_stale_epoch(tmp_path: Path) -> None:
         conn, _ = await open_connection(
             "127.0.0.1",
             cluster.mm_ports["mm-0"],
-            {"t": FrameType.HELLO, "v": PROTOCOL_VERSION, "id": "test", "role": "cm"},
+            {
+                "t": FrameType.HELLO,
+                "v": PROTOCOL_VERSION,
+                "id": "test",
+                "role": "cm",
+                "password": cluster.cluster_secret,
+            },
         )
         runner = asyncio.create_task(conn.run())
         blob = msgpack.packb([[b"v", None, None, 0]])

@@ -6,6 +6,7 @@ whole module; the tests run in order and each leaves the cluster healthy for the
 
 from __future__ import annotations
 
+import base64
 import os
 import signal
 import time
@@ -14,6 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from kubernetes import client
 from operator_harness import (
     Kube,
     OperatorProcess,
@@ -31,6 +33,7 @@ pytestmark = pytest.mark.cluster
 
 NAME = "hmq"
 MMS, CMS, FIXED = 3, 1, 3
+SEEN: dict[str, Any] = {}  # what an earlier test saw, for a later one to compare
 
 
 @pytest.fixture(scope="module")
@@ -123,6 +126,35 @@ def test_cluster_comes_up_with_placed_partitions(
     assert {lease.metadata.name for lease in leases} >= mms
 
 
+def test_cluster_secret_and_network_policy_are_owned_children(kube: Kube, cluster: str) -> None:
+    owner = kube.cluster(cluster)["metadata"]["uid"]
+    secret = kube.core.read_namespaced_secret(f"{cluster}-cluster-secret", kube.namespace)
+    assert [r.uid for r in secret.metadata.owner_references] == [owner]
+    value = base64.b64decode(secret.data["secret"])
+    assert len(value) >= 32
+    SEEN["secret"] = (secret.metadata.uid, value)
+    # Every broker pod gets it from the Secret, never as a literal value.
+    for pod in kube.pods():
+        env = {e.name: e for e in pod.spec.containers[0].env}
+        ref = env["HYBRIDMQ_CLUSTER_SECRET"].value_from.secret_key_ref
+        assert (ref.name, ref.key) == (f"{cluster}-cluster-secret", "secret")
+        assert env["HYBRIDMQ_CLUSTER_SECRET"].value is None
+    policy = client.NetworkingV1Api(kube.api).read_namespaced_network_policy(
+        f"{cluster}-mm-peers", kube.namespace
+    )
+    assert [r.uid for r in policy.metadata.owner_references] == [owner]
+    mm_pod_labels = kube.pods("mm")[0].metadata.labels
+    cm_pod_labels = kube.pods("cm")[0].metadata.labels
+    selected = policy.spec.pod_selector.match_labels
+    assert selected.items() <= mm_pod_labels.items() and not selected.items() <= cm_pod_labels.items()
+    (peers, http) = policy.spec.ingress
+    assert [p.port for p in peers.ports] == [7500] and [p.port for p in http.ports] == [8080]
+    (source,) = peers._from
+    assert source.pod_selector.match_labels.items() <= cm_pod_labels.items()
+    assert source.pod_selector.match_labels["app.kubernetes.io/instance"] == cluster
+    assert http._from is None
+
+
 def test_primary_pod_deleted_fails_over_fast(kube: Kube, cluster: str, operator: OperatorProcess) -> None:
     before = {p["metadata"]["name"]: status(p) for p in kube.by_type("fixed")}
     victim = before[f"{cluster}-fixed-0"]["primary"]
@@ -209,6 +241,9 @@ def test_operator_killed_mid_failover_finishes_it(
         assert (
             status(next(p for p in kube.by_type("fixed") if p["metadata"]["name"] == n))["primary"] != victim
         )
+    # The restarted operator found the cluster secret there and kept it (create is idempotent).
+    secret = kube.core.read_namespaced_secret(f"{cluster}-cluster-secret", kube.namespace)
+    assert (secret.metadata.uid, base64.b64decode(secret.data["secret"])) == SEEN["secret"]
 
 
 def test_config_change_rolls_the_pods(kube: Kube, cluster: str) -> None:

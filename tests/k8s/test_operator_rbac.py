@@ -111,7 +111,10 @@ def test_operator_works_with_its_least_privilege_rbac(
     assert can_i(local_cluster, ns, "patch", "partitions.hybridmq.io/status")
     assert not can_i(local_cluster, ns, "delete", "statefulsets.apps")
     assert not can_i(local_cluster, ns, "delete", "pods")
-    assert not can_i(local_cluster, ns, "get", "secrets")
+    assert can_i(local_cluster, ns, "create", "secrets")  # the cluster secret, once
+    for verb in ("get", "list", "watch", "update", "patch", "delete"):
+        assert not can_i(local_cluster, ns, verb, "secrets")
+    assert kube.core.read_namespaced_secret("rb-cluster-secret", ns).data["secret"]
     assert not can_i(local_cluster, ns, "delete", "brokerclusters.hybridmq.io")
     # The brokers' ServiceAccount may read partitions and renew leases, nothing more.
     broker = f"system:serviceaccount:{ns}:rb-broker"

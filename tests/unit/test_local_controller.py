@@ -13,7 +13,11 @@ MMS = ["mm-0", "mm-1", "mm-2"]
 def _controller() -> LocalController:
     brokers = [BrokerEntry(name=m, role=BrokerRole.MM, address="127.0.0.1:1") for m in MMS]
     return LocalController(
-        MMS, brokers, spec=cluster_spec(fixed=2, replicas=2, on_demand_per_mm=0), startup_grace_s=0
+        MMS,
+        brokers,
+        spec=cluster_spec(fixed=2, replicas=2, on_demand_per_mm=0),
+        startup_grace_s=0,
+        secret="a-test-cluster-secret",
     )
 
 
@@ -80,3 +84,35 @@ def test_a_proposed_in_sync_set_is_committed() -> None:
     c.tick()
     assert {x.name: x for x in c.assignments}[a.name].in_sync == (a.primary,)
     assert backup in {x.name: x for x in c.assignments}[a.name].replicas
+
+
+def test_the_http_api_refuses_requests_without_the_cluster_secret() -> None:
+    import urllib.error
+    import urllib.request
+
+    killed: list[str] = []
+    brokers = [BrokerEntry(name=m, role=BrokerRole.MM, address="127.0.0.1:1") for m in MMS]
+    c = LocalController(
+        MMS, brokers, on_signal=lambda name, sig: killed.append(name), secret="the-right-cluster-secret"
+    ).start()
+    try:
+
+        def status(path: str, method: str = "GET", token: str | None = None) -> int:
+            headers = {"Authorization": f"Bearer {token}"} if token else {}
+            req = urllib.request.Request(c.url + path, method=method, headers=headers)
+            try:
+                with urllib.request.urlopen(req, timeout=10) as resp:
+                    return int(resp.status)
+            except urllib.error.HTTPError as err:
+                return int(err.code)
+
+        for token in (None, "a-wrong-cluster-secret!!"):
+            assert status("/state", token=token) == 401
+            assert status("/assignments", token=token) == 401
+            assert status("/kill/mm-1?signal=KILL", "POST", token) == 401
+        assert killed == []
+        assert status("/state", token="the-right-cluster-secret") == 200
+        assert status("/kill/mm-1?signal=KILL", "POST", "the-right-cluster-secret") == 200
+        assert killed == ["mm-1"]
+    finally:
+        c.stop()

@@ -57,6 +57,7 @@ def test_every_child_is_owned_labelled_and_namespaced(settings: ClusterSettings)
         "Role",
         "RoleBinding",
         "ConfigMap",
+        "NetworkPolicy",
         "Service",
         "Service",
         "Service",

@@ -22,8 +22,9 @@ Offsets count records; the message id of a record is ``<partition>:<offset>`` (c
 Frames (direction; fields):
 
 =================  ==========================================================================
-HELLO              client->server: v, id (client id), user, password, role ("client"|"cm"),
-                   app (application name for the directory's application table)
+HELLO              client->server: v, id (client id), user, password, role ("client"|"cm"|"mm"),
+                   app (application name for the directory's application table). On an MM
+                   port only role "cm"/"mm" with the cluster secret as password is accepted.
 HELLO_OK           server->client: r?, v, session, node, max_frame
 ERROR              either: r (when answering a request), code, msg, fatal (bool)
 OK                 reply: r, plus request-specific fields
@@ -36,7 +37,9 @@ PRODUCE            client->CM: c, p (partition), d, n, b, f, x, pid?, pep? (prod
 PRODUCE_ACK        reply: r, p, o (base offset), l (last offset), dup (resend of a stored batch)
 SUBSCRIBE          client->CM: c, s (client subscription id), d (destination or pattern),
                    m ("exact"|"glob"|"regex"), dn (durable name or nil), w (window records),
-                   wb (window bytes). CM->MM: same with s = CM-wide key, e = {partition: epoch}
+                   wb (window bytes). CM->MM: same with s = CM-wide key, e = {partition: epoch},
+                   acl (the user's consume grants, ACL globs; nil = no ACLs): the MM matches only
+                   destinations inside them
 UNSUBSCRIBE        c, s
 DELIVER            MM->CM->client: s, p, d, o (base offset), n, b, f, rd (delivery count - 1),
                    xa (extra attributes: chunk info, DMQ origin and reason)

@@ -4,7 +4,9 @@ Every flag has an environment variable (pods configure through env): ``HYBRIDMQ_
 ``HYBRIDMQ_BIND`` (host:port of the binary protocol), ``HYBRIDMQ_HTTP_BIND``,
 ``HYBRIDMQ_ASSIGNMENTS`` (JSON file, see ``StaticAssignmentSource``), ``HYBRIDMQ_DATA_DIR``,
 ``HYBRIDMQ_FSYNC``, ``HYBRIDMQ_CREDENTIALS`` (file or Secret dir), ``HYBRIDMQ_ACL``,
-``HYBRIDMQ_CLUSTER_TOKEN``, ``HYBRIDMQ_BOOTSTRAP``, ``HYBRIDMQ_USER``, ``HYBRIDMQ_PASSWORD``.
+``HYBRIDMQ_CLUSTER_SECRET_FILE``, ``HYBRIDMQ_BOOTSTRAP``, ``HYBRIDMQ_USER``, ``HYBRIDMQ_PASSWORD``.
+The cluster secret (required by ``cm`` and ``mm``) is read from ``--cluster-secret-file`` /
+``HYBRIDMQ_CLUSTER_SECRET_FILE`` or ``HYBRIDMQ_CLUSTER_SECRET``, never from the command line.
 """
 
 from __future__ import annotations
@@ -33,7 +35,11 @@ def _common_server(p: argparse.ArgumentParser, default_port: int) -> None:
     p.add_argument("--bind", default=_env("BIND", f"127.0.0.1:{default_port}"))
     p.add_argument("--http-bind", default=_env("HTTP_BIND"))
     p.add_argument("--assignments", default=_env("ASSIGNMENTS"), help="JSON assignment file")
-    p.add_argument("--cluster-token", default=_env("CLUSTER_TOKEN"))
+    p.add_argument(
+        "--cluster-secret-file",
+        default=_env("CLUSTER_SECRET_FILE"),
+        help="file holding the cluster secret (else $HYBRIDMQ_CLUSTER_SECRET); required",
+    )
     p.add_argument("--max-frame", type=int, default=int(_env("MAX_FRAME", str(16 << 20)) or 0))
     p.add_argument("--log-level", default=_env("LOG_LEVEL", "INFO"))
     p.add_argument(
@@ -60,6 +66,15 @@ def _source(path: str | None) -> Any:
         if kube is not None:
             return kube
     return StaticAssignmentSource()
+
+
+def _cluster_secret(args: argparse.Namespace) -> str:
+    from hybridmq.broker.auth import cluster_secret
+
+    try:
+        return cluster_secret.load(args.cluster_secret_file)
+    except cluster_secret.ClusterSecretError as exc:
+        sys.exit(f"hybridmq {args.cmd}: {exc}")
 
 
 async def _run_server(server: Any, http_bind: str | None) -> None:
@@ -99,7 +114,7 @@ def cmd_mm(args: argparse.Namespace) -> None:
         max_frame=args.max_frame,
         max_backlog=args.max_backlog,
         max_redeliveries=args.max_redeliveries,
-        cluster_token=args.cluster_token,
+        cluster_secret=_cluster_secret(args),
         segment_bytes=args.segment_bytes,
         retention_interval=args.retention_interval,
     )
@@ -125,7 +140,11 @@ def cmd_cm(args: argparse.Namespace) -> None:
     setup_logging(args.log_level, args.log_summary_interval)
     host, port = _split(args.bind)
     config = CMConfig(
-        name=args.name, host=host, port=port, max_frame=args.max_frame, cluster_token=args.cluster_token
+        name=args.name,
+        host=host,
+        port=port,
+        max_frame=args.max_frame,
+        cluster_secret=_cluster_secret(args),
     )
     config.directory_config = args.directory_config  # static application registrations
     cm = ConnectionManager(

@@ -5,7 +5,8 @@
   the controller URL is written to ``<dir>/controller.json``.
 * ``hybridmq local kill mm-1 [--signal KILL|STOP|CONT|TERM]``, ``hybridmq local start mm-1``,
   ``hybridmq local state``: talk to the running one (same ``--dir``) through the controller's HTTP API
-  (``POST /kill/<mm>?signal=…``, ``POST /start/<mm>``, ``GET /state``).
+  (``POST /kill/<mm>?signal=…``, ``POST /start/<mm>``, ``GET /state``), presenting the cluster
+  secret of that run (``<dir>/cluster-secret``, readable by its owner only).
 """
 
 from __future__ import annotations
@@ -16,18 +17,23 @@ import signal
 import urllib.request
 from pathlib import Path
 
+from hybridmq.broker.auth import cluster_secret
+from hybridmq.local.runner import SECRET_FILE
+
 
 def control(args: argparse.Namespace) -> None:
     action, *rest = args.action
     url = json.loads((Path(args.dir) / "controller.json").read_text())["url"]
+    headers = cluster_secret.bearer(cluster_secret.load(Path(args.dir) / SECRET_FILE))
     if action == "state":
-        with urllib.request.urlopen(f"{url}/state", timeout=10) as resp:
+        req = urllib.request.Request(f"{url}/state", headers=headers)
+        with urllib.request.urlopen(req, timeout=10) as resp:
             print(json.dumps(json.loads(resp.read()), indent=1))
         return
     if action not in ("kill", "start") or len(rest) != 1:
         raise SystemExit("usage: hybridmq local kill|start <mm> [--signal KILL|STOP|CONT|TERM] | state")
     path = f"/kill/{rest[0]}?signal={args.signal}" if action == "kill" else f"/start/{rest[0]}"
-    req = urllib.request.Request(url + path, method="POST")
+    req = urllib.request.Request(url + path, method="POST", headers=headers)
     with urllib.request.urlopen(req, timeout=30) as resp:
         print(resp.read().decode())
 

@@ -6,7 +6,9 @@ an MM whose heartbeat lapsed for ``lease_s`` (or that came back as a new process
 operator's pure planner (``plan_assignments``) fails its partitions over and the new table is pushed
 to every MM and CM, which long-poll it.
 
-HTTP API (aiohttp, loopback only; JSON bodies):
+HTTP API (aiohttp, loopback only; JSON bodies). Every request must present the cluster secret
+(``Authorization: Bearer <secret>``, compared in constant time); anything else gets 401, so another
+local user can neither fake a heartbeat, read the table nor kill an MM:
 
 * ``POST /heartbeat`` ``{name, incarnation, report}`` (report: an ``MMReport``) ->
   ``{version, lease_s}``. ``version`` is the table version the MM must have applied before it may
@@ -27,7 +29,7 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from aiohttp import web
@@ -35,11 +37,13 @@ from aiohttp import web
 from hybridmq.api.assignment import BrokerEntry, PartitionAssignment, PartitionState
 from hybridmq.api.lease_report import MMReport
 from hybridmq.api.resources import BrokerClusterSpec
+from hybridmq.broker.auth import cluster_secret
 from hybridmq_operator.planner import ReplicaReport, plan_assignments
 
 LOG = logging.getLogger(__name__)
 
 ProcessAction = Callable[[str, str], None]
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def replica_reports(
@@ -82,7 +86,9 @@ class LocalController:
         port: int = 0,
         on_signal: ProcessAction | None = None,
         on_start: Callable[[str], None] | None = None,
+        secret: str,
     ) -> None:
+        self.secret = cluster_secret.require(secret)
         self.mm_names = list(mm_names)
         self.brokers = list(brokers)
         self.spec = spec or BrokerClusterSpec()
@@ -149,7 +155,7 @@ class LocalController:
         self._loop = asyncio.get_running_loop()
         self._changed = asyncio.Event()
         self._stop = asyncio.Event()
-        app = web.Application()
+        app = web.Application(middlewares=[self._authenticate])
         app.add_routes(
             [
                 web.post("/heartbeat", self._h_heartbeat),
@@ -282,6 +288,15 @@ class LocalController:
         return {"version": self.version, "lease_s": self.lease_s}
 
     # -- HTTP handlers -----------------------------------------------------------------------------
+    @web.middleware
+    async def _authenticate(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        if not cluster_secret.bearer_matches(self.secret, request.headers.get("Authorization")):
+            LOG.warning(
+                "refused %s %s from %s: no valid cluster secret", request.method, request.path, request.remote
+            )
+            raise web.HTTPUnauthorized(text="the local controller needs the cluster secret\n")
+        return await handler(request)
+
     async def _h_heartbeat(self, request: web.Request) -> web.Response:
         body = await request.json()
         report = MMReport.model_validate(body["report"]) if body.get("report") is not None else None

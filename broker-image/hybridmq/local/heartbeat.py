@@ -6,6 +6,7 @@ Every ``interval_s`` the MM posts its name, a per-process incarnation id and its
 it ends no later than the controller's view of it) **and** the MM has applied the assignment
 version the controller named in its reply (a primary that was frozen, e.g. SIGSTOP, learns of the
 newer epoch before it may write again). ``trigger()`` sends one at once (an in-sync change).
+Each heartbeat presents the cluster secret.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 
 import aiohttp
 
+from hybridmq.broker.auth import cluster_secret
 from hybridmq.local.source import ControllerSource
 
 LOG = logging.getLogger(__name__)
@@ -28,6 +30,7 @@ class Heartbeat:
     def __init__(
         self,
         url: str,
+        secret: str,
         name: str,
         report: Callable[[], dict[str, Any]],
         source: ControllerSource | None = None,
@@ -36,6 +39,7 @@ class Heartbeat:
         lease_s: float = 1.0,
     ) -> None:
         self.url = url.rstrip("/")
+        self.headers = cluster_secret.bearer(secret)
         self.name = name
         self.report = report
         self.source = source
@@ -86,7 +90,9 @@ class Heartbeat:
         body = {"name": self.name, "incarnation": self.incarnation, "report": self.report()}
         try:
             timeout = aiohttp.ClientTimeout(total=max(self.lease_s / 2, 0.2))
-            async with self._session.post(f"{self.url}/heartbeat", json=body, timeout=timeout) as resp:
+            async with self._session.post(
+                f"{self.url}/heartbeat", json=body, timeout=timeout, headers=self.headers
+            ) as resp:
                 resp.raise_for_status()
                 reply = await resp.json()
         except Exception as exc:

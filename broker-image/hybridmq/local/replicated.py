@@ -82,6 +82,7 @@ class ReplicatedLocalCluster(LocalCluster):
             port=self.controller_port,
             on_signal=lambda name, sig: self.kill_mm(name, SIGNALS[sig]),
             on_start=self.start_mm,
+            secret=self.cluster_secret,
         )
 
     @property

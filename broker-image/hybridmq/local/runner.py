@@ -5,6 +5,10 @@ Each MM leads ``fixed_per_mm`` fixed and ``on_demand_per_mm`` on-demand partitio
 4) can rewrite it. Tests use this class too: ``kill_mm`` / ``kill_cm`` (any signal, e.g. SIGKILL),
 ``start_mm`` / ``start_cm``, ``cms=M`` (CMs ``cm-0`` .. ``cm-<M-1>``; ``bootstraps`` lists them all),
 ``stop`` (terminates and reaps every process it started, nothing else).
+
+Each run generates a fresh cluster secret, written to ``<dir>/cluster-secret`` (mode 0600) and
+handed to the processes as ``HYBRIDMQ_CLUSTER_SECRET_FILE`` (not on their command line, where
+``ps`` would show it); ``cluster_secret`` holds it for tests that talk to an MM directly.
 """
 
 from __future__ import annotations
@@ -21,6 +25,9 @@ from pathlib import Path
 
 from hybridmq.api.assignment import BrokerEntry, BrokerRole, PartitionAssignment, PartitionType
 from hybridmq.broker.assignment_source import StaticAssignmentSource
+from hybridmq.broker.auth import cluster_secret
+
+SECRET_FILE = "cluster-secret"
 
 
 def free_port() -> int:
@@ -61,6 +68,8 @@ class LocalCluster:
         self.mm_args = mm_args or []
         self.cm_args = cm_args or []
         self.log_level = log_level
+        self.cluster_secret = cluster_secret.generate()
+        self.secret_file = cluster_secret.write_file(self.dir / SECRET_FILE, self.cluster_secret)
         self.mm_names = [f"mm-{i}" for i in range(mms)]
         self.mm_ports = {n: free_port() for n in self.mm_names}
         self.mm_http = {n: free_port() for n in self.mm_names}
@@ -123,6 +132,8 @@ class LocalCluster:
     def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
         log = open(self.dir / f"{name}.log", "ab")  # noqa: SIM115 - handed to the child
         env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env.pop(cluster_secret.ENV, None)
+        env[cluster_secret.FILE_ENV] = str(self.secret_file)
         proc = subprocess.Popen(
             [sys.executable, "-m", "hybridmq.cli.main", *args],
             stdout=log,

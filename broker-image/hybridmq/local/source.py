@@ -3,6 +3,7 @@
 ``GET /assignments?after=<version>&wait=10`` answers as soon as the controller has a newer table, so
 a failover reaches every MM and CM within one round trip. ``version`` is the table version applied;
 ``wait_version(v)`` waits until it is at least ``v`` (the heartbeat uses it for lease validity).
+Every poll presents the cluster secret (the controller refuses anyone else).
 """
 
 from __future__ import annotations
@@ -14,14 +15,16 @@ import aiohttp
 
 from hybridmq.api.assignment import BrokerEntry, PartitionAssignment
 from hybridmq.broker.assignment_source import StaticAssignmentSource
+from hybridmq.broker.auth import cluster_secret
 
 LOG = logging.getLogger(__name__)
 
 
 class ControllerSource(StaticAssignmentSource):
-    def __init__(self, url: str, *, poll_wait_s: float = 10.0) -> None:
+    def __init__(self, url: str, secret: str, *, poll_wait_s: float = 10.0) -> None:
         super().__init__()
         self.url = url.rstrip("/")
+        self.headers = cluster_secret.bearer(secret)
         self.poll_wait_s = poll_wait_s
         self.version = 0
         self._session: aiohttp.ClientSession | None = None
@@ -49,7 +52,9 @@ class ControllerSource(StaticAssignmentSource):
         assert self._session is not None
         timeout = aiohttp.ClientTimeout(total=wait + 5)
         params = {"after": str(self.version), "wait": str(wait)}
-        async with self._session.get(f"{self.url}/assignments", params=params, timeout=timeout) as resp:
+        async with self._session.get(
+            f"{self.url}/assignments", params=params, timeout=timeout, headers=self.headers
+        ) as resp:
             resp.raise_for_status()
             data = await resp.json()
         version = int(data["version"])

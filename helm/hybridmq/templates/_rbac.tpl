@@ -15,6 +15,9 @@ Why each rule:
     lets the operator create that Role if it holds those verbs itself. The same goes for the
     brokers' get/list/watch on partitions and brokerclusters.
   * Events: one per failover step and per garbage collection (Kopf posts core/v1 events).
+  * NetworkPolicies: the child that lets only a cluster's own pods reach its MMs' broker port.
+  * Secrets: create only. The operator creates each cluster's secret once (AlreadyExists is
+    fine); it never reads, lists, updates or deletes a Secret (garbage collection deletes it).
 */}}
 {{- define "hybridmq.operator.namespacedRules" -}}
 - apiGroups: ["hybridmq.io"]
@@ -44,6 +47,12 @@ Why each rule:
 - apiGroups: ["rbac.authorization.k8s.io"]
   resources: ["roles", "rolebindings"]
   verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
+- apiGroups: ["networking.k8s.io"]
+  resources: ["networkpolicies"]
+  verbs: ["get", "create", "patch"]
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["create"]
 - apiGroups: ["coordination.k8s.io"]
   resources: ["leases"]
   verbs: ["get", "list", "watch", "create", "update", "patch"]

@@ -12,7 +12,7 @@ from typing import Any
 import kopf
 
 from hybridmq_operator import kube, names
-from hybridmq_operator.resources import build_children
+from hybridmq_operator.resources import build_children, build_cluster_secret, generate_value
 from hybridmq_operator.settings import ClusterSettings
 
 Logger = logging.Logger | logging.LoggerAdapter[Any]
@@ -30,6 +30,7 @@ def apply_children(body: kopf.Body, logger: Logger) -> int:
     sts = kube.get("apps/v1", "StatefulSet", settings.namespace, names.statefulset_name(settings.name, "mm"))
     current = int(sts["spec"]["replicas"]) if sts else None
     mm_replicas = mm_replicas_to_apply(settings.mm_replicas, current)
+    ensure_cluster_secret(settings)
     for manifest in build_children(settings, mm_replicas):
         try:
             kube.apply(manifest)
@@ -41,6 +42,15 @@ def apply_children(body: kopf.Body, logger: Logger) -> int:
     if current is not None and mm_replicas > settings.mm_replicas:
         logger.info("MM scale-down %d -> %d waits for evacuation", current, settings.mm_replicas)
     return mm_replicas
+
+
+def ensure_cluster_secret(settings: ClusterSettings) -> None:
+    """Create the cluster secret once; AlreadyExists keeps the value the pods use (create-only RBAC)."""
+    try:
+        kube.create(build_cluster_secret(settings, generate_value()))
+    except kube.KubeError as exc:
+        if not exc.conflict:  # 409 AlreadyExists
+            raise kopf.TemporaryError(f"creating the cluster secret: {exc}", delay=5) from exc
 
 
 @kopf.on.resume(names.GROUP, names.VERSION, names.CLUSTER_PLURAL)

@@ -35,6 +35,16 @@ def broker_env(settings: ClusterSettings, role: str) -> list[dict[str, Any]]:
         {"name": "HYBRIDMQ_CONFIG", "value": f"{names.CONFIG_MOUNT}/{names.CONFIG_FILE}"},
         {"name": "HYBRIDMQ_ASSIGNMENT_SOURCE", "value": "kubernetes"},
         {"name": "HYBRIDMQ_MIN_IN_SYNC", "value": str(settings.min_in_sync)},
+        # What the CM and MM present to each other (an env var from the Secret, never a flag).
+        {
+            "name": "HYBRIDMQ_CLUSTER_SECRET",
+            "valueFrom": {
+                "secretKeyRef": {
+                    "name": names.cluster_secret_name(settings.name),
+                    "key": names.CLUSTER_SECRET_KEY,
+                }
+            },
+        },
     ]
     if role == names.ROLE_CM and settings.auth.get("secretName"):
         env.append({"name": "HYBRIDMQ_CREDENTIALS", "value": f"{names.CONFIG_MOUNT}/auth"})

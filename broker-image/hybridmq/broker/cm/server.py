@@ -8,7 +8,9 @@ handled without decoding any record:
   partitions (or the one named), ``on-demand`` = round robin over writable on-demand partitions.
 * PRODUCE is checked (reserved ``_`` names, produce ACL) and forwarded to the partition's primary MM
   with the partition epoch; the MM's PRODUCE_ACK goes back under the client's correlation id.
-* SUBSCRIBE (consume ACL) is sent to every MM under a CM-wide key ``<session>/<sub>``; the MMs push
+* SUBSCRIBE (consume ACL) is sent to every MM under a CM-wide key ``<session>/<sub>`` with the
+  user's consume grants (``acl``), which the MMs apply to every destination a wildcard matches; a
+  wildcard that cannot match any granted destination is refused (``auth/subscription_scope.py``); the MMs push
   DELIVER frames which are relayed to the client; ACK/NACK go to the partition's primary.
 * ADMIN answers composite replies (one part per MM for ``mm-stats``); DIRECTORY the broker and
   application tables of the whole cluster and, with ``next``, the CM an application should use
@@ -41,7 +43,8 @@ from hybridmq.api.frames import (
     is_reserved,
 )
 from hybridmq.broker.assignment_source import AssignmentSource
-from hybridmq.broker.auth import AclTable, CredentialStore
+from hybridmq.broker.auth import AclTable, CredentialStore, cluster_secret
+from hybridmq.broker.auth.subscription_scope import may_reach
 from hybridmq.broker.cm import fetch_route
 from hybridmq.broker.cm.directory import (
     Directory,
@@ -69,7 +72,7 @@ class CMConfig:
     host: str = "127.0.0.1"
     port: int = 7000
     max_frame: int = 16 * 1024 * 1024
-    cluster_token: str | None = None
+    cluster_secret: str | None = None  # required: presented to every MM (auth/cluster_secret.py)
     directory_config: str | None = None  # static application registrations (cm/directory.py)
 
 
@@ -122,6 +125,7 @@ class ConnectionManager:
 
     # -- lifecycle -------------------------------------------------------------------------------
     async def start(self) -> None:
+        self.config.cluster_secret = cluster_secret.require(self.config.cluster_secret)
         await self.source.start()
         self.source.subscribe(self._sync_links)
         self._sync_links()
@@ -181,7 +185,7 @@ class ConnectionManager:
                     b.name,
                     b.address,
                     self.config.name,
-                    self.config.cluster_token,
+                    self.config.cluster_secret,
                     self.config.max_frame,
                     self._on_mm_frame,
                     self._replay_subscriptions,
@@ -203,8 +207,10 @@ class ConnectionManager:
         if entry is None or entry.session.conn.closed:
             return
         if not self.acl.allowed(entry.session.user, "consume", frame.get("d", "")):
-            if link.conn is not None:
-                link.conn.send_nowait({"t": FrameType.ACK, "s": frame["s"], "p": frame["p"], "o": frame["o"]})
+            # Never acknowledged on the owner's behalf: it stays pending on this subscription and
+            # goes back to its destination when the subscription ends. (MMs that apply the
+            # subscription's grants never send one.)
+            log.warning("dropped a delivery of %s denied to %r", frame.get("d"), entry.session.user)
             return
         frame["s"] = entry.client_sub
         self.delivered_batches += 1
@@ -418,9 +424,17 @@ class ConnectionManager:
         if mode == "exact" and is_reserved(dest) and dest not in CONSUMABLE_RESERVED:
             session.conn.reply_error(frame, ErrorCode.RESERVED_NAME, f"destination {raw!r} is reserved")
             return
-        if not self.acl.allowed(session.user, "consume", dest):
+        grants = self.acl.grants(session.user, "consume")
+        if mode == "exact" and not self.acl.allowed(session.user, "consume", dest):
             session.conn.reply_error(
                 frame, ErrorCode.ACL_DENIED, f"user {session.user!r} may not consume from {dest!r}"
+            )
+            return
+        if grants is not None and not may_reach(dest, mode, grants):
+            session.conn.reply_error(
+                frame,
+                ErrorCode.ACL_DENIED,
+                f"user {session.user!r} may not consume from any destination the {mode} '{dest}' matches",
             )
             return
         key = f"{session.id}/{sub}"
@@ -432,6 +446,8 @@ class ConnectionManager:
             "dn": frame.get("dn"),
             "w": int(frame.get("w", 10000)),
             "wb": int(frame.get("wb", 8 << 20)),
+            # The MMs match only destinations inside these grants, so nothing denied is delivered.
+            "acl": None if grants is None else list(grants),
         }
         self.subs[key] = SubEntry(session, sub, mm_frame)
         session.subs[sub] = key

@@ -30,6 +30,7 @@ class ConsumerLink:
     inflight: int = 0
     inflight_bytes: int = 0
     states: list[DeliveryState] = field(default_factory=list)
+    allow: tuple[str, ...] | None = None  # the subscriber's consume grants (None: no ACLs)
 
     def has_credit(self) -> bool:
         return (

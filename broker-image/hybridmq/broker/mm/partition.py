@@ -238,7 +238,7 @@ class PartitionHost:
         return state
 
     def attach(self, link: ConsumerLink, pattern: str, mode: str, durable: str | None) -> None:
-        matcher = make_matcher(pattern, mode)
+        matcher = make_matcher(pattern, mode, link.allow)
         if pattern.startswith("queue:"):
             self.queue_patterns.append((link, matcher))
             if mode == "exact" and ("q:" + pattern) not in self.states:
@@ -257,6 +257,7 @@ class PartitionHost:
                 self.states[key] = state
             else:
                 state = existing
+                state.matcher = matcher  # the attaching subscriber's grants, not a recovered pattern
             for old in list(state.links):
                 state.detach(old)
         else:

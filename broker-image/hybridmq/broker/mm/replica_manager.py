@@ -128,7 +128,7 @@ class ReplicaManager:
         self.commit_timeout_s = commit_timeout_s
         self.fetch_max_wait_ms = fetch_max_wait_ms
         self.replicas: dict[str, Replica] = {}
-        self.links = PeerLinks(self.me, self._address_of, mm.config.cluster_token, mm.config.max_frame)
+        self.links = PeerLinks(self.me, self._address_of, mm.config.cluster_secret, mm.config.max_frame)
         self._dirty = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._serving: set[asyncio.Task[None]] = set()

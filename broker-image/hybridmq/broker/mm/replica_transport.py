@@ -1,6 +1,6 @@
 """Replication between MMs over the binary protocol: frame types, peer links, the backup's transport.
 
-A backup MM opens one connection per primary MM (``HELLO role=mm``, the cluster token as password)
+A backup MM opens one connection per primary MM (``HELLO role=mm``, the cluster secret as password)
 and sends, pipelined on it:
 
 =================  ==============================================================================

@@ -1,6 +1,7 @@
 """The Message Manager process: partition logs, produce, delivery to CMs.
 
-CMs connect with ``HELLO role=cm`` (and the cluster token when one is configured). The MM hosts the
+CMs connect with ``HELLO role=cm``, backups with ``role=mm``, both presenting the cluster secret
+(``auth/cluster_secret.py``; an MM without one refuses to start, clients are refused). The MM hosts the
 partitions whose primary it is according to its ``AssignmentSource`` and follows changes (new
 partitions are opened, epochs updated). One dispatcher task runs ``pump`` on every hosted partition
 whenever something changed (new data, an ack, a new subscription).
@@ -16,6 +17,7 @@ from typing import Any
 
 from hybridmq.api.frames import LOG_DESTINATION, PROTOCOL_VERSION, ErrorCode, FrameType, error_frame
 from hybridmq.broker.assignment_source import AssignmentSource
+from hybridmq.broker.auth import cluster_secret
 from hybridmq.broker.destinations.delivery import ConsumerLink
 from hybridmq.broker.log.config import LogConfig
 from hybridmq.broker.log_events import LogEventBuffer
@@ -26,6 +28,7 @@ from hybridmq.broker.mm.storage import PartitionStorage
 from hybridmq.broker.protocol import Connection, ProtocolError, read_frame
 
 log = logging.getLogger(__name__)
+PEER_ROLES = ("cm", "mm")
 
 
 @dataclass
@@ -40,7 +43,7 @@ class MMConfig:
     max_frame: int = 16 * 1024 * 1024
     max_backlog: int = 1_000_000
     max_redeliveries: int = 5
-    cluster_token: str | None = None
+    cluster_secret: str | None = None  # required: MessageManager.start refuses to run without it
     cache_bytes: int = 16 * 1024 * 1024
     retention_interval: float = 5.0
     extra: dict[str, Any] = field(default_factory=dict)
@@ -60,6 +63,7 @@ class MessageManager:
 
     # -- lifecycle -------------------------------------------------------------------------------
     async def start(self) -> None:
+        self.config.cluster_secret = cluster_secret.require(self.config.cluster_secret)
         self.config.data_dir.mkdir(parents=True, exist_ok=True)
         await self.source.start()
         self.source.subscribe(self._on_assignments)
@@ -183,6 +187,8 @@ class MessageManager:
             return
         err = self._check_hello(hello)
         if err is not None:
+            if hello is not None:  # not a bare TCP probe: someone tried and failed
+                log.warning("refused a connection from %s: %s", conn.peer, err[1])
             conn.send_nowait(error_frame(err[0], err[1], fatal=True))
             await asyncio.sleep(0)
             conn.close()
@@ -205,8 +211,10 @@ class MessageManager:
             return ErrorCode.PROTOCOL_ERROR, "expected HELLO"
         if hello.get("v") != PROTOCOL_VERSION:
             return ErrorCode.UNSUPPORTED_VERSION, f"protocol version {hello.get('v')} unsupported"
-        if self.config.cluster_token and hello.get("password") != self.config.cluster_token:
-            return ErrorCode.AUTH_FAILED, "bad cluster token"
+        if hello.get("role") not in PEER_ROLES:
+            return ErrorCode.AUTH_FAILED, "the MM port serves CMs and MMs only: clients connect to a CM"
+        if not cluster_secret.matches(self.config.cluster_secret or "", hello.get("password")):
+            return ErrorCode.AUTH_FAILED, "peer authentication failed: wrong or missing cluster secret"
         return None
 
     def _closed(self, conn: Connection) -> None:
@@ -261,6 +269,8 @@ class MessageManager:
         mode = str(frame.get("m", "exact"))
         durable = frame.get("dn")
         link = ConsumerLink(conn, key, int(frame.get("w", 10000)), int(frame.get("wb", 8 << 20)))
+        allow = frame.get("acl")  # the CM narrows a wildcard to its user's consume grants
+        link.allow = None if allow is None else tuple(str(g) for g in allow)
         link.subscriptions = [(pattern, mode, durable)]  # type: ignore[attr-defined]
         old = self.links.pop((id(conn), key), None)
         for host in self.hosts.values():
