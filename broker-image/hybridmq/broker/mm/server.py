@@ -19,7 +19,7 @@ from hybridmq.broker.assignment_source import AssignmentSource
 from hybridmq.broker.destinations.delivery import ConsumerLink
 from hybridmq.broker.log.config import LogConfig
 from hybridmq.broker.log_events import LogEventBuffer
-from hybridmq.broker.mm import fetch_handler
+from hybridmq.broker.mm import acks, fetch_handler
 from hybridmq.broker.mm.partition import PartitionHost
 from hybridmq.broker.mm.storage import PartitionStorage
 from hybridmq.broker.protocol import Connection, ProtocolError, read_frame
@@ -221,12 +221,7 @@ class MessageManager:
                     return
                 host.enqueue_produce(conn, frame)
             elif t in (FrameType.ACK, FrameType.NACK):
-                link = self.links.get((id(conn), frame["s"]))
-                host = self.hosts.get(frame.get("p", ""))
-                # an ack routed under an older epoch is stale: the cursor moved on without it
-                if link is not None and host is not None and int(frame.get("e", host.epoch)) >= host.epoch:
-                    host.ack(link, int(frame["o"]), nack=t == FrameType.NACK)
-                    self.wake()
+                acks.handle(self, conn, frame)
             elif t == FrameType.SUBSCRIBE:
                 self._subscribe(conn, frame)
             elif t == FrameType.UNSUBSCRIBE:

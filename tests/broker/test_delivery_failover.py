@@ -1,0 +1,251 @@
+"""Acknowledged messages stay acknowledged and redeliveries are flagged across a kill -9 of the
+primary MM; a streamed message read across the kill is byte-identical (real processes).
+
+The checker is the test's own bookkeeping: every message the application received (consumer,
+position, ``redelivered``, ``delivery_count``, when), and when the broker confirmed each batch's
+acknowledgement. It asserts what a consumer relies on:
+
+* a message is never received again once its acknowledgement was confirmed;
+* at most one delivery of a message is unflagged (``redelivered`` False, ``delivery_count`` 1);
+  every other one says it is a redelivery;
+* no acknowledged produce is missing (queue: across the competing consumers; durable topic).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import signal
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from failover_workload import ProducerLoad, stop_all, until
+
+from hybridmq.client import Consumer, Fetcher, Message, Producer
+from hybridmq.client.consumer import StreamError, StreamMessage
+from hybridmq.local.replicated import ReplicatedLocalCluster
+
+QUEUE = "queue:dlv"
+TOPIC = "topic:dlv"
+
+
+@pytest.fixture
+def replicated(tmp_path: Path) -> Iterator[ReplicatedLocalCluster]:
+    """3 MMs, one fixed partition with 2 replicas; the test kills its primary."""
+    with ReplicatedLocalCluster(tmp_path, mms=3, replicas=2, fixed=1, on_demand_per_mm=0) as c:
+        yield c
+
+
+@dataclass
+class AckingConsumer:
+    """Receives batch by batch, "processes" each for a moment, acknowledges it explicitly."""
+
+    name: str
+    consumer: Consumer
+    received: list[tuple[str, int, bool, int, float]] = field(default_factory=list)
+    confirmed: dict[tuple[str, int], float] = field(default_factory=dict)  # (partition, base) -> when
+
+    async def run(self, stop: asyncio.Event) -> None:
+        loop = asyncio.get_running_loop()
+        while not stop.is_set():
+            try:
+                batch = await self.consumer.receive_batch(timeout=0.5)
+            except TimeoutError:
+                continue
+            now = loop.time()
+            for m in batch:
+                assert isinstance(m, Message)
+                self.received.append((m.partition, m.offset, m.redelivered, m.delivery_count, now))
+            await asyncio.sleep(0.002)
+            confirmation = None
+            for m in batch:
+                assert isinstance(m, Message)
+                confirmation = self.consumer.ack(m) or confirmation
+            if confirmation is not None:
+                key = (batch[0].partition, batch[0].batch_base)  # type: ignore[union-attr]
+                confirmation.add_done_callback(
+                    lambda f, key=key: (
+                        None
+                        if f.cancelled() or f.exception() is not None
+                        else self.confirmed.setdefault(key, loop.time())
+                    )
+                )
+
+
+def check_deliveries(consumers: list[AckingConsumer], bases: dict[tuple[str, int], int]) -> dict[str, int]:
+    """The two delivery guarantees over the consumers of one destination; returns figures."""
+    confirmed: dict[tuple[str, int], float] = {}
+    for c in consumers:
+        for key, t in c.confirmed.items():
+            confirmed[key] = min(t, confirmed.get(key, t))
+    per_message: dict[tuple[str, int], list[tuple[float, bool, int, str]]] = defaultdict(list)
+    for c in consumers:
+        for p, o, rd, count, t in c.received:
+            per_message[(p, o)].append((t, rd, count, c.name))
+    again_after_ack: list[object] = []
+    unflagged_twice: list[object] = []
+    inconsistent: list[object] = []
+    for (p, o), deliveries in per_message.items():
+        acked_at = confirmed.get((p, bases[(p, o)]))
+        if acked_at is not None:
+            late = [d for d in deliveries if d[0] > acked_at]
+            if late:
+                again_after_ack.append(((p, o), acked_at, late))
+        if sum(1 for d in deliveries if not d[1]) > 1:
+            unflagged_twice.append(((p, o), sorted(deliveries)))
+        inconsistent.extend(((p, o), d) for d in deliveries if d[1] != (d[2] > 1))
+    assert not again_after_ack, (
+        f"{len(again_after_ack)} acknowledged messages delivered again: {again_after_ack[:3]}"
+    )
+    assert not unflagged_twice, (
+        f"{len(unflagged_twice)} messages delivered twice without the redelivered flag: {unflagged_twice[:3]}"
+    )
+    assert not inconsistent, f"redelivered disagrees with delivery_count: {inconsistent[:3]}"
+    return {
+        "messages": len(per_message),
+        "redelivered": sum(1 for d in per_message.values() for x in d if x[1]),
+        "confirmed_batches": len(confirmed),
+    }
+
+
+async def test_acked_messages_never_come_back_and_redeliveries_are_flagged(
+    replicated: ReplicatedLocalCluster,
+) -> None:
+    cluster = replicated
+    fixed = cluster.table()["local-fixed-0"]
+    victim = fixed.primary or ""
+
+    async def acking(name: str, dest: str, durable: str | None = None) -> AckingConsumer:
+        c = await Consumer.connect(
+            cluster.bootstrap, dest, durable=durable, auto_ack=False, window=200, window_bytes=1 << 20
+        )
+        return AckingConsumer(name, c)
+
+    queue_consumers = [await acking("q1", QUEUE), await acking("q2", QUEUE)]
+    topic_consumer = await acking("d1", TOPIC, durable="audit")
+    consumers = [*queue_consumers, topic_consumer]
+    loads = {
+        dest: ProducerLoad(
+            dest,
+            await Producer.connect(
+                cluster.bootstrap, partition_type="fixed", partition=fixed.name, linger_ms=1
+            ),
+        )
+        for dest in (QUEUE, TOPIC)
+    }
+    stop_producing, stop_consuming = asyncio.Event(), asyncio.Event()
+    consuming = [asyncio.create_task(c.run(stop_consuming)) for c in consumers]
+    producing = [asyncio.create_task(load.run(dest, stop_producing)) for dest, load in loads.items()]
+
+    await asyncio.sleep(2.0)
+    cluster.kill_mm(victim, signal.SIGKILL)
+    await until(lambda: cluster.table()[fixed.name].epoch > fixed.epoch, 15, "the failover")
+    await asyncio.sleep(3.0)
+    await stop_all(stop_producing, producing)
+
+    def everything_received() -> bool:
+        for dest, group in ((QUEUE, queue_consumers), (TOPIC, [topic_consumer])):
+            got = {(p, o) for c in group for p, o, *_ in c.received}
+            if not set(loads[dest].acked.values()) <= got:
+                return False
+        return True
+
+    await until(everything_received, 40, "every acknowledged produce to be consumed")
+    await asyncio.sleep(1.0)  # late redeliveries, if any, would show up now
+    await stop_all(stop_consuming, consuming)
+
+    figures = {}
+    for dest, group in ((QUEUE, queue_consumers), (TOPIC, [topic_consumer])):
+        load = loads[dest]
+        assert not load.failed, load.failed[:3]
+        # the batch each message belongs to: the produce acks name (partition, first offset)
+        bases = await _batch_bases(cluster, {(p, o) for c in group for p, o, *_ in c.received})
+        figures[dest] = check_deliveries(group, bases)
+        assert figures[dest]["confirmed_batches"] > 50, figures
+    assert sum(f["redelivered"] for f in figures.values()) > 0, f"the kill redelivered nothing: {figures}"
+    print(figures)
+    for load in loads.values():
+        await load.producer.close()
+    for c in consumers:
+        await c.consumer.close()
+
+
+async def _batch_bases(
+    cluster: ReplicatedLocalCluster, positions: set[tuple[str, int]]
+) -> dict[tuple[str, int], int]:
+    """Stored batch of every position, read back by offset (independent of the delivery path)."""
+    bases: dict[tuple[str, int], int] = {}
+    fetcher = await Fetcher.connect(cluster.bootstrap)
+    try:
+        for partition in {p for p, _ in positions}:
+            offset = 0
+            while True:
+                result = await fetcher.fetch(partition, offset)
+                for b in result.batches:
+                    for o in range(b.base_offset, b.base_offset + b.count):
+                        bases[(partition, o)] = b.base_offset
+                if result.next_offset <= offset or result.next_offset >= result.end_offset:
+                    break
+                offset = result.next_offset
+    finally:
+        await fetcher.close()
+    return bases
+
+
+CHUNK = 1 << 20
+CHUNKS = 8
+
+
+def stream_chunks(digest: hashlib._Hash) -> Iterator[bytes]:
+    for i in range(CHUNKS):
+        chunk = hashlib.sha256(i.to_bytes(4, "big")).digest() * (CHUNK // 32)
+        digest.update(chunk)
+        yield chunk
+
+
+async def test_stream_read_across_a_kill_is_byte_identical(replicated: ReplicatedLocalCluster) -> None:
+    cluster = replicated
+    fixed = cluster.table()["local-fixed-0"]
+    victim = fixed.primary or ""
+    # A small window: the primary hands out a couple of chunks ahead of the reader.
+    consumer = await Consumer.connect(cluster.bootstrap, "queue:blobs", window_bytes=2 * CHUNK + 1)
+    producer = await Producer.connect(
+        cluster.bootstrap, partition_type="fixed", partition=fixed.name, max_pending_bytes=16 << 20
+    )
+    sent = hashlib.sha256()
+    ack = await producer.send_stream("queue:blobs", stream_chunks(sent), key=b"big")
+    assert ack.partition == fixed.name
+
+    completed: list[tuple[str, int, bool]] = []  # (sha256, size, redelivered) of every full read
+    refused: list[str] = []
+    killed = False
+    deadline = asyncio.get_running_loop().time() + 60
+    while not any(sha == sent.hexdigest() for sha, _, _ in completed):
+        assert asyncio.get_running_loop().time() < deadline, (completed, refused)
+        msg = await consumer.receive(timeout=30)
+        assert isinstance(msg, StreamMessage), msg
+        got = hashlib.sha256()
+        size = 0
+        try:
+            async for chunk in msg.chunks():
+                got.update(chunk)
+                size += len(chunk)
+                if not killed and size == 3 * CHUNK:
+                    killed = True
+                    cluster.kill_mm(victim, signal.SIGKILL)
+                    await until(lambda: cluster.table()[fixed.name].epoch > fixed.epoch, 15, "failover")
+                await asyncio.sleep(0.1)
+        except StreamError as exc:  # refused with a clear error: acceptable, never corrupt
+            refused.append(str(exc))
+            continue
+        completed.append((got.hexdigest(), size, msg.redelivered))
+    assert killed
+    corrupt = [c for c in completed if c[0] != sent.hexdigest()]
+    assert not corrupt, f"a stream completed with other bytes than were sent: {corrupt}, {refused}"
+    assert completed[-1][1] == CHUNK * CHUNKS
+    print({"completed": completed, "refused": refused})
+    await producer.close()
+    await consumer.close()
