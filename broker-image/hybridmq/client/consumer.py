@@ -107,6 +107,7 @@ class Consumer:
         self._acks: set[asyncio.Future[Any]] = set()  # acknowledgements not confirmed yet
         self._refused_acks = 0
         self._refused_streams: set[str] = set()
+        self.chunk_timeout_s = 300.0  # a stream being read that gets no next chunk: StreamError
         self.acks_confirmed = 0
         self.acks_refused = 0
         self.error: BaseException | None = None
@@ -248,7 +249,13 @@ class Consumer:
 
     async def _next_chunk(self, sid: str) -> dict[str, Any]:
         while True:
-            frame = await asyncio.wait_for(self._frames.get(), 300)
+            try:
+                frame = await asyncio.wait_for(self._frames.get(), self.chunk_timeout_s)
+            except TimeoutError:
+                raise StreamError(
+                    f"stream {sid!r}: no chunk for {self.chunk_timeout_s:.0f} s (given to another "
+                    "consumer after a failover, or its producer stopped)"
+                ) from None
             if frame is None:
                 raise self.error or ConnectionError("consumer connection closed")
             if (frame.get("xa") or {}).get("sid") == sid:
