@@ -101,6 +101,7 @@ class PartitionHost:
         self._outbox: list[tuple[DeliveryState, ConsumerLink, dict[str, Any]]] = []
         self._redeliveries: list[ControlRecord] = []
         self._ack_replies: list[tuple[Any, dict[str, Any]]] = []
+        self._committing: list[tuple[Any, dict[str, Any]]] = []  # replies of the round in progress
         self._control_ready = asyncio.Event()
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -150,6 +151,7 @@ class PartitionHost:
         for t in self._tasks:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        self.refuse_ack_replies(ErrorCode.MM_UNAVAILABLE, f"{self.name} is stopping")
         self.write_cursors()
         try:
             await self.storage.aclose()
@@ -480,6 +482,7 @@ class PartitionHost:
             self._control_ready.clear()
             outbox, self._outbox = self._outbox, []
             replies, self._ack_replies = self._ack_replies, []
+            self._committing = replies
             try:
                 self.write_cursors()
                 end = self.storage.end_offset
@@ -494,21 +497,25 @@ class PartitionHost:
                 for state, link, frame in outbox:  # never sent: given back (counted, conservatively)
                     if state.pending.get(frame["o"]) is not None and state.pending[frame["o"]].link is link:
                         state.give_back(frame["o"])
-                for conn, frame in replies:
-                    if not conn.closed:
-                        conn.send_nowait(
-                            error_frame(code or ErrorCode.INTERNAL, f"not committed: {exc}", frame.get("c"))
-                        )
+                self._committing = []
+                _refuse(replies, code or ErrorCode.INTERNAL, f"not committed: {exc}")
                 await asyncio.sleep(0.05)
                 self._wake()
                 continue
             for _, link, frame in outbox:
                 if not link.conn.closed:
                     link.conn.send_nowait(frame)
+            self._committing = []
             for conn, frame in replies:
                 if not conn.closed:
                     conn.send_nowait({"t": FrameType.OK, "r": frame.get("c")})
             self._wake()
+
+    def refuse_ack_replies(self, code: ErrorCode, why: str) -> None:
+        """Answer every acknowledgement waiting for a commit with an error (it may not be kept)."""
+        waiting = self._committing + self._ack_replies
+        self._committing, self._ack_replies = [], []
+        _refuse(waiting, code, why)
 
     async def _space_checker(self) -> None:
         """Reopen appends once consumers brought the backlog back under the limit."""
@@ -518,3 +525,9 @@ class PartitionHost:
                 self._check_space()
                 if not self.blocked:
                     self._produce_ready.set()
+
+
+def _refuse(replies: list[tuple[Any, dict[str, Any]]], code: ErrorCode, why: str) -> None:
+    for conn, frame in replies:
+        if not conn.closed:
+            conn.send_nowait(error_frame(code, why, frame.get("c")))
