@@ -45,7 +45,7 @@ class AckingConsumer:
 
     name: str
     consumer: Consumer
-    received: list[tuple[str, int, bool, int, float]] = field(default_factory=list)
+    received: list[tuple[str, int, bool, int, float, bytes]] = field(default_factory=list)
     confirmed: dict[tuple[str, int], float] = field(default_factory=dict)  # (partition, base) -> when
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -58,7 +58,7 @@ class AckingConsumer:
             now = loop.time()
             for m in batch:
                 assert isinstance(m, Message)
-                self.received.append((m.partition, m.offset, m.redelivered, m.delivery_count, now))
+                self.received.append((m.partition, m.offset, m.redelivered, m.delivery_count, now, m.value))
             await asyncio.sleep(0.002)
             confirmation = None
             for m in batch:
@@ -83,7 +83,7 @@ def check_deliveries(consumers: list[AckingConsumer], bases: dict[tuple[str, int
             confirmed[key] = min(t, confirmed.get(key, t))
     per_message: dict[tuple[str, int], list[tuple[float, bool, int, str]]] = defaultdict(list)
     for c in consumers:
-        for p, o, rd, count, t in c.received:
+        for p, o, rd, count, t, _ in c.received:
             per_message[(p, o)].append((t, rd, count, c.name))
     again_after_ack: list[object] = []
     unflagged_twice: list[object] = []
@@ -148,8 +148,8 @@ async def test_acked_messages_never_come_back_and_redeliveries_are_flagged(
 
     def everything_received() -> bool:
         for dest, group in ((QUEUE, queue_consumers), (TOPIC, [topic_consumer])):
-            got = {(p, o) for c in group for p, o, *_ in c.received}
-            if not set(loads[dest].acked.values()) <= got:
+            got = {r[5] for c in group for r in c.received}
+            if not {f"{dest}:{seq}".encode() for seq in loads[dest].acked} <= got:
                 return False
         return True
 
