@@ -27,6 +27,7 @@ from failover_workload import ProducerLoad, stop_all, until
 from hybridmq.client import Consumer, Fetcher, Message, Producer
 from hybridmq.client.consumer import StreamError, StreamMessage
 from hybridmq.local.replicated import ReplicatedLocalCluster
+from hybridmq.local.runner import LocalCluster
 
 QUEUE = "queue:dlv"
 TOPIC = "topic:dlv"
@@ -250,3 +251,33 @@ async def test_stream_read_across_a_kill_is_byte_identical(replicated: Replicate
     print({"completed": completed, "refused": refused})
     await producer.close()
     await consumer.close()
+
+
+async def test_stream_of_a_crashed_consumer_restarts_at_its_first_chunk(tmp_path: Path) -> None:
+    """A queue consumer dies after three chunks: the next one gets the whole stream from chunk 0,
+    flagged as a redelivery, byte-identical."""
+    with LocalCluster(tmp_path, mms=1, fixed_per_mm=1, on_demand_per_mm=0) as cluster:
+        first = await Consumer.connect(cluster.bootstrap, "queue:crash", window_bytes=2 * CHUNK + 1)
+        producer = await Producer.connect(cluster.bootstrap, partition_type="fixed")
+        sent = hashlib.sha256()
+        await producer.send_stream("queue:crash", stream_chunks(sent))
+        msg = await first.receive(timeout=30)
+        assert isinstance(msg, StreamMessage) and not msg.redelivered
+        read = 0
+        async for _ in msg.chunks():
+            read += 1
+            if read == 3:
+                break
+        await asyncio.sleep(0.5)  # the acknowledgements of those chunks reach the broker
+        first.conn.close()  # the consumer dies: no unsubscribe, the rest never acknowledged
+
+        second = await Consumer.connect(cluster.bootstrap, "queue:crash")
+        again = await second.receive(timeout=30)
+        assert isinstance(again, StreamMessage)
+        assert again.redelivered and again.delivery_count == 2, (again.redelivered, again.delivery_count)
+        got = hashlib.sha256()
+        async for chunk in again.chunks():
+            got.update(chunk)
+        assert got.hexdigest() == sent.hexdigest()
+        await producer.close()
+        await second.close()
