@@ -14,6 +14,7 @@ acknowledgement. It asserts what a consumer relies on:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import signal
 from collections import defaultdict
@@ -281,3 +282,50 @@ async def test_stream_of_a_crashed_consumer_restarts_at_its_first_chunk(tmp_path
         assert got.hexdigest() == sent.hexdigest()
         await producer.close()
         await second.close()
+
+
+async def test_stream_abandoned_by_its_producer_ends_in_dmq(tmp_path: Path) -> None:
+    """A stream whose final chunk never comes is refused by the reader (StreamError after the
+    chunk timeout), given back, and after the maximum redeliveries moved to _DMQ; the queue goes on."""
+    with LocalCluster(
+        tmp_path, mms=1, fixed_per_mm=1, on_demand_per_mm=0, mm_args=["--max-redeliveries", "1"]
+    ) as cluster:
+        producer = await Producer.connect(cluster.bootstrap, partition_type="fixed")
+
+        def dies_after_two() -> Iterator[bytes]:
+            yield b"a" * 1000
+            yield b"b" * 1000
+            yield b"c" * 1000
+            raise RuntimeError("the producing application died")
+
+        try:
+            await producer.send_stream("queue:orphan", dies_after_two())
+        except RuntimeError:
+            pass
+        await producer.flush()
+        await producer.send("queue:orphan", b"after the stream")
+        consumer = await Consumer.connect(cluster.bootstrap, "queue:orphan")
+        consumer.chunk_timeout_s = 1.0
+        refused, others = 0, []
+        while True:  # until nothing more comes: the stream went to _DMQ
+            try:
+                msg = await consumer.receive(timeout=5)
+            except TimeoutError:
+                break
+            if isinstance(msg, Message):
+                others.append(msg.value)
+                continue
+            with contextlib.suppress(StreamError):
+                async for _ in msg.chunks():
+                    pass
+                raise AssertionError("a stream without its final chunk completed")
+            assert msg.redelivered == (refused > 0)
+            refused += 1
+        assert others == [b"after the stream"]
+        assert refused == 2, refused  # first delivery + one redelivery, then _DMQ
+        dmq = await Consumer.connect(cluster.bootstrap, "queue:_DMQ")
+        moved = await dmq.receive(timeout=30)
+        assert isinstance(moved, StreamMessage) and moved.attributes.get("orig") == "queue:orphan"
+        await producer.close()
+        await consumer.close()
+        await dmq.close()

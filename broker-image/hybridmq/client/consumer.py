@@ -90,7 +90,11 @@ class StreamMessage:
                     f"stream {self.stream_id!r} on {self.partition}: chunk {seq} (offset {frame['o']}) "
                     f"{what} after {len(seen)} chunks; the stream was given back, nothing was spliced"
                 )
-            frame = await self._consumer._next_chunk(self.stream_id)
+            try:
+                frame = await self._consumer._next_chunk(self.stream_id)
+            except StreamError:
+                self._consumer._refuse_stream(frame)  # e.g. its producer died before the end
+                raise
 
 
 class Consumer:

@@ -180,6 +180,14 @@ class DeliveryState:
         if p.stream is not None:
             self._give_back_stream(p.stream)
 
+    def give_back_stream_of(self, base: int, link: ConsumerLink) -> bool:
+        """A consumer gives up a stream it is reading, by a chunk it already acknowledged."""
+        for sid, stream in self.streams.items():
+            if stream.link is link and any(b == base for b, _ in stream.settled):
+                self._give_back_stream(sid)
+                return True
+        return False
+
     def _give_back_stream(self, sid: str) -> None:
         """The whole stream goes back, to be redelivered from its first chunk."""
         stream = self.streams.pop(sid, None)

@@ -335,6 +335,9 @@ class PartitionHost:
                 else:
                     done = state.settle(base, link, attempt)
                 break
+            if nack and p is None and state.give_back_stream_of(base, link):
+                done = True
+                break
         if self.blocked:
             self._check_space()
         if done and reply is not None:
