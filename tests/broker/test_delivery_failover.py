@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 from failover_workload import ProducerLoad, stop_all, until
 
-from hybridmq.client import Consumer, Fetcher, Message, Producer
+from hybridmq.client import BlockingConsumer, BlockingProducer, Consumer, Fetcher, Message, Producer
 from hybridmq.client.consumer import StreamError, StreamMessage
 from hybridmq.local.replicated import ReplicatedLocalCluster
 from hybridmq.local.runner import LocalCluster
@@ -329,3 +329,16 @@ async def test_stream_abandoned_by_its_producer_ends_in_dmq(tmp_path: Path) -> N
         await producer.close()
         await consumer.close()
         await dmq.close()
+
+
+def test_blocking_consumer_commit_waits_for_the_broker(cluster: LocalCluster) -> None:
+    with BlockingProducer(cluster.bootstrap, partition_type="fixed") as producer:
+        producer.send("queue:blocking-commit", b"one")
+    with BlockingConsumer(cluster.bootstrap, "queue:blocking-commit", auto_ack=False) as consumer:
+        msg = consumer.receive(timeout=30)
+        assert isinstance(msg, Message) and msg.value == b"one" and msg.delivery_count == 1
+        consumer.ack(msg)
+        consumer.commit()  # raises when the acknowledgement was not committed
+    # committed: a new consumer of the queue gets nothing
+    with BlockingConsumer(cluster.bootstrap, "queue:blocking-commit") as again, pytest.raises(TimeoutError):
+        again.receive(timeout=1.0)
