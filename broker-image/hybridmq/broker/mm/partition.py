@@ -59,6 +59,7 @@ from hybridmq.broker.log.errors import (
     StaleEpochError,
 )
 from hybridmq.broker.mm.storage import PartitionStorage
+from hybridmq.broker.protocol.connection import ConnectionClosed
 
 log = logging.getLogger(__name__)
 
@@ -288,7 +289,8 @@ class PartitionHost:
             existing = self.states.get(key)
             if existing is None:
                 state = DeliveryState(key, matcher, self.storage.end_offset, False, True)
-                state.dirty = True
+                state.dirty = True  # committed at once: it starts here, also after a failover
+                self._control_ready.set()
                 self.states[key] = state
             else:
                 state = existing
@@ -505,13 +507,11 @@ class PartitionHost:
                 await asyncio.sleep(0.05)
                 self._wake()
                 continue
-            for _, link, frame in outbox:
-                if not link.conn.closed:
-                    link.conn.send_nowait(frame)
             self._committing = []
-            for conn, frame in replies:
-                if not conn.closed:
-                    conn.send_nowait({"t": FrameType.OK, "r": frame.get("c")})
+            for conn, frame in [(link.conn, f) for _, link, f in outbox] + [
+                (conn, {"t": FrameType.OK, "r": f.get("c")}) for conn, f in replies
+            ]:
+                _send(conn, frame)
             self._wake()
 
     def refuse_ack_replies(self, code: ErrorCode, why: str) -> None:
@@ -521,9 +521,12 @@ class PartitionHost:
         _refuse(waiting, code, why)
 
     async def _space_checker(self) -> None:
-        """Reopen appends once consumers brought the backlog back under the limit."""
+        """Reopen appends once consumers brought the backlog back under the limit; commit cursors
+        that moved without an acknowledgement (at most every 0.2 s)."""
         while True:
             await asyncio.sleep(0.2)
+            if any(s.dirty for s in self.states.values() if s.persistent):
+                self._control_ready.set()  # cursors moved without an ack (skips, _DMQ moves)
             if self.blocked:
                 self._check_space()
                 if not self.blocked:
@@ -532,5 +535,13 @@ class PartitionHost:
 
 def _refuse(replies: list[tuple[Any, dict[str, Any]]], code: ErrorCode, why: str) -> None:
     for conn, frame in replies:
-        if not conn.closed:
-            conn.send_nowait(error_frame(code, why, frame.get("c")))
+        _send(conn, error_frame(code, why, frame.get("c")))
+
+
+def _send(conn: Any, frame: dict[str, Any]) -> None:
+    """Send unless the connection is gone (its consumer's deliveries are given back on close)."""
+    if not conn.closed:
+        try:
+            conn.send_nowait(frame)
+        except ConnectionClosed:
+            pass
