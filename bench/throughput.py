@@ -36,8 +36,8 @@ async def run(
     batch_bytes: int,
     window: int,
     pending_bytes: int,
+    dest: str = "topic:bench",
 ) -> dict[str, float]:
-    dest = "topic:bench"
     consumer = await Consumer.connect(bootstrap, dest, window=window, window_bytes=window << 8)
     producer = await Producer.connect(
         bootstrap, linger_ms=linger_ms, batch_bytes=batch_bytes, max_pending_bytes=pending_bytes
@@ -95,6 +95,7 @@ def main() -> None:
     ap.add_argument("--window", type=int, default=4_000, help="consumer window (records)")
     ap.add_argument("--pending-bytes", type=int, default=500_000, help="producer max pending bytes")
     ap.add_argument("--max-backlog", type=int, default=5_000, help="MM backlog before producers block")
+    ap.add_argument("--dest", default="topic:bench", help="queue:… measures committed acks and deliveries")
     ap.add_argument("--profile", help="directory for cProfile output of CM, MM and this client process")
     args = ap.parse_args()
     if args.profile:
@@ -127,6 +128,7 @@ def main() -> None:
                     args.batch_bytes,
                     args.window,
                     args.pending_bytes,
+                    args.dest,
                 )
             )
             if prof is not None:
@@ -143,6 +145,7 @@ def main() -> None:
         "window": args.window,
         "pending_bytes": args.pending_bytes,
         "max_backlog": args.max_backlog,
+        "dest": args.dest,
         "cpus": os.cpu_count(),
         "loadavg_1m_before": round(load_before, 2),
         "profiled": bool(args.profile),

@@ -11,6 +11,7 @@ from hybridmq.broker.log import (
     AckRanges,
     CorruptBatchError,
     CursorCommit,
+    DeliveredThrough,
     Marker,
     ProducerSequence,
     Redelivery,
@@ -137,6 +138,7 @@ def test_control_records_round_trip() -> None:
         ProducerSequence(7, 1, 99),
         Marker("takeover", "m-1", {"dead": "c-3"}),
         SubscriptionState("orders/a", True),
+        DeliveredThrough("orders/q", 60),
     ]
     payload, count = encode_control(records)
     assert count == len(records)

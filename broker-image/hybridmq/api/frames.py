@@ -41,11 +41,17 @@ SUBSCRIBE          client->CM: c, s (client subscription id), d (destination or 
                    acl (the user's consume grants, ACL globs; nil = no ACLs): the MM matches only
                    destinations inside them
 UNSUBSCRIBE        c, s
-DELIVER            MM->CM->client: s, p, d, o (base offset), n, b, f, rd (delivery count - 1),
+DELIVER            MM->CM->client: s, p, d, o (base offset), n, b, f, rd (delivery count - 1;
+                   > 0: a redelivery; queues and durable subscriptions count across failovers),
                    xa (extra attributes: chunk info, DMQ origin and reason)
-ACK                client->CM->MM: s, p, o (base offset of the delivered batch); CM->MM adds e
-                   (partition epoch; the MM ignores acks of an older epoch). No reply.
-NACK               client->CM->MM: s, p, o — give the batch back for redelivery. No reply.
+ACK                client->CM->MM: s, p, o (base offset of the delivered batch), rd? (the
+                   DELIVER's rd: which hand-out is acknowledged), c? ; CM->MM adds e (partition
+                   epoch; the MM refuses acks of an older epoch). With c: OK {r} once the
+                   acknowledgement is committed (replicated: never delivered again), or ERROR
+                   STALE_DELIVERY (that hand-out is not outstanding: it is or was redelivered).
+                   Without c no reply.
+NACK               client->CM->MM: s, p, o, rd? — give the batch back for redelivery. No reply
+                   (with c: OK, or ERROR STALE_DELIVERY).
 ADMIN              client->CM: c, cmd, args -> one or more ADMIN_PART {r, i, of, data};
                    a composite reply says how many parts (``of``) to expect.
 DIRECTORY          client->CM: c, next? (application name) -> OK {r, brokers: [BrokerEntry dicts],
@@ -131,6 +137,7 @@ class ErrorCode(IntEnum):
     OFFSET_OUT_OF_RANGE = 27
     INVALID_REQUEST = 30
     UNKNOWN_SUBSCRIPTION = 31
+    STALE_DELIVERY = 32
     INTERNAL = 50
 
 

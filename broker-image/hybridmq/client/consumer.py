@@ -8,25 +8,40 @@ when all its messages are. Un-acknowledged queue batches are redelivered to anot
 this one goes away. ``window``/``window_bytes`` are the credit (unacknowledged records/bytes) the
 MMs may push before they wait for acks - the end-to-end flow control.
 
+Acknowledgements are confirmed: the MM answers an ACK once it is committed (replicated with the
+partition), and a confirmed acknowledgement is never undone, not even by a failover: its batch is not
+delivered again. ``ack()`` returns that confirmation as a future, ``await commit()`` waits for all of
+them. An acknowledgement that was not confirmed (the primary failed first, or it was for a delivery
+that the broker has since handed out again) leaves the batch to be redelivered. A redelivery has
+``redelivered`` = True and ``delivery_count`` > 1; a first delivery never has.
+
 A very large message arrives as a ``StreamMessage``: iterate ``chunks()`` before asking for the
-next message; each chunk is acknowledged as it is consumed, so it never sits whole in memory.
+next message; each chunk is acknowledged as it is consumed, so it never sits whole in memory. Chunks
+are reassembled only in their sequence: a repeat of a chunk already handed out (a redelivery after a
+failover restarts the stream at its first chunk) is checked against it and skipped, a gap raises
+``StreamError`` (the stream is given back), so the bytes are exactly those that were sent.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import zlib
 from collections import deque
 from collections.abc import AsyncIterator
 from typing import Any
 
-from hybridmq.api.frames import BatchFlag, FrameType
+from hybridmq.api.frames import BatchFlag, ErrorCode, FrameType
 from hybridmq.broker.protocol import Connection, RemoteError
 from hybridmq.client.connection import ClientError, connect
 from hybridmq.client.distribution import Strategy
 from hybridmq.client.message import Message, unpack_records
 
 _sub_ids = itertools.count(1)
+
+
+class StreamError(Exception):
+    """A stream could not be reassembled from a contiguous chunk sequence (nothing was spliced)."""
 
 
 class StreamMessage:
@@ -41,6 +56,8 @@ class StreamMessage:
         self.headers = xa.get("h")
         self.stream_id: str = xa.get("sid", "")
         self.attributes = xa
+        self.delivery_count: int = int(first.get("rd", 0)) + 1
+        self.redelivered = self.delivery_count > 1
         self._consumer = consumer
         self._first: dict[str, Any] | None = first
         self.done = bool(xa.get("fin"))
@@ -50,15 +67,34 @@ class StreamMessage:
         return f"{self.partition}:{self.offset}"
 
     async def chunks(self) -> AsyncIterator[bytes]:
+        """The chunks in their sequence; a chunk delivered again is verified and skipped."""
         frame = self._first
         self._first = None
+        seen: list[tuple[int, int]] = []  # per chunk handed out: (offset, crc32)
         while frame is not None:
-            yield frame["b"]
-            self._consumer._send_ack(frame)
-            if (frame.get("xa") or {}).get("fin"):
-                self.done = True
-                return
-            frame = await self._consumer._next_chunk(self.stream_id)
+            xa = frame.get("xa") or {}
+            seq = int(xa.get("seq", 0))
+            if seq == len(seen):
+                seen.append((frame["o"], zlib.crc32(frame["b"])))
+                yield frame["b"]
+                self._consumer._send_ack(frame)
+                if xa.get("fin"):
+                    self.done = True
+                    return
+            elif seq < len(seen) and seen[seq] == (frame["o"], zlib.crc32(frame["b"])):
+                self._consumer._send_ack(frame)  # the same stored chunk once more: skip it
+            else:
+                self._consumer._refuse_stream(frame)
+                what = "differs from the one handed out" if seq < len(seen) else "arrived out of sequence"
+                raise StreamError(
+                    f"stream {self.stream_id!r} on {self.partition}: chunk {seq} (offset {frame['o']}) "
+                    f"{what} after {len(seen)} chunks; the stream was given back, nothing was spliced"
+                )
+            try:
+                frame = await self._consumer._next_chunk(self.stream_id)
+            except StreamError:
+                self._consumer._refuse_stream(frame)  # e.g. its producer died before the end
+                raise
 
 
 class Consumer:
@@ -71,7 +107,13 @@ class Consumer:
         self._stash: deque[dict[str, Any]] = deque()
         self._current: deque[Message] = deque()
         self._current_frame: dict[str, Any] | None = None
-        self._unacked: dict[tuple[str, int], int] = {}
+        self._unacked: dict[tuple[str, int, int], int] = {}  # (partition, base, rd) -> messages left
+        self._acks: set[asyncio.Future[Any]] = set()  # acknowledgements not confirmed yet
+        self._refused_acks = 0
+        self._refused_streams: set[str] = set()
+        self.chunk_timeout_s = 300.0  # a stream being read that gets no next chunk: StreamError
+        self.acks_confirmed = 0
+        self.acks_refused = 0
         self.error: BaseException | None = None
         conn.handler = self._on_frame
         conn.on_close.append(lambda: self._frames.put_nowait(None))
@@ -129,34 +171,74 @@ class Consumer:
             self.error = ClientError(int(frame.get("code", 0)), str(frame.get("msg")))
 
     # -- acks ------------------------------------------------------------------------------------
-    def _send_ack(self, frame: dict[str, Any], nack: bool = False) -> None:
-        if not self.conn.closed:
-            self.conn.send_nowait(
-                {
-                    "t": FrameType.NACK if nack else FrameType.ACK,
-                    "s": self.sub,
-                    "p": frame["p"],
-                    "o": frame["o"],
-                }
-            )
+    def _send_ack(self, frame: dict[str, Any], nack: bool = False) -> asyncio.Future[Any] | None:
+        """ACK (or NACK) the delivery ``frame`` (p, o, rd); the future is its confirmation."""
+        if self.conn.closed:
+            return None
+        fut = self.conn.request_nowait(
+            {
+                "t": FrameType.NACK if nack else FrameType.ACK,
+                "s": self.sub,
+                "p": frame["p"],
+                "o": frame["o"],
+                "rd": int(frame.get("rd", 0)),
+            }
+        )
+        if not nack:
+            self._acks.add(fut)
+            fut.add_done_callback(self._ack_done)
+        else:
+            fut.add_done_callback(lambda f: f.cancelled() or f.exception())
+        return fut
 
-    def ack(self, message: Message) -> None:
-        """Acknowledge one message (``auto_ack=False``); its batch is acked when all its are."""
-        k = (message.partition, message.batch_base)
+    def _ack_done(self, fut: asyncio.Future[Any]) -> None:
+        self._acks.discard(fut)
+        if fut.cancelled() or fut.exception() is not None:
+            self._refused_acks += 1
+            self.acks_refused += 1
+        else:
+            self.acks_confirmed += 1
+
+    def ack(self, message: Message) -> asyncio.Future[Any] | None:
+        """Acknowledge one message (``auto_ack=False``); its batch is acked when all its are.
+
+        Returns the batch's confirmation when this call completed it (a future: done once the
+        acknowledgement is committed, failed when it was not, then the batch is redelivered)."""
+        k = (message.partition, message.batch_base, message.delivery_count - 1)
         left = self._unacked.get(k)
         if left is None:
-            return
+            return None
         if left <= 1:
             del self._unacked[k]
-            self._send_ack({"p": k[0], "o": k[1]})
-        else:
-            self._unacked[k] = left - 1
+            return self._send_ack({"p": k[0], "o": k[1], "rd": k[2]})
+        self._unacked[k] = left - 1
+        return None
 
     def nack(self, message: Message) -> None:
         """Give the message's whole batch back for redelivery (queues)."""
-        k = (message.partition, message.batch_base)
+        k = (message.partition, message.batch_base, message.delivery_count - 1)
         if self._unacked.pop(k, None) is not None:
-            self._send_ack({"p": k[0], "o": k[1]}, nack=True)
+            self._send_ack({"p": k[0], "o": k[1], "rd": k[2]}, nack=True)
+
+    async def commit(self) -> None:
+        """Wait until every acknowledgement sent so far is confirmed (auto_ack: the batch whose
+        messages were all received is acknowledged first). Raises ``ClientError`` when some were
+        not (their batches are redelivered, flagged)."""
+        if self.auto_ack and not self._current:
+            self._finish_current()
+        if self._acks:
+            await asyncio.wait(list(self._acks))
+        refused, self._refused_acks = self._refused_acks, 0
+        if refused:
+            raise ClientError(
+                ErrorCode.STALE_DELIVERY,
+                f"{refused} acknowledgements were not committed; their batches are redelivered",
+            )
+
+    def _refuse_stream(self, frame: dict[str, Any]) -> None:
+        """Give a stream that cannot be reassembled back (the broker restarts it at chunk 0)."""
+        self._refused_streams.add(str((frame.get("xa") or {}).get("sid", "")))
+        self._send_ack(frame, nack=True)
 
     # -- receiving -------------------------------------------------------------------------------
     async def _next_frame(self, timeout: float | None) -> dict[str, Any] | None:  # noqa: ASYNC109
@@ -171,7 +253,13 @@ class Consumer:
 
     async def _next_chunk(self, sid: str) -> dict[str, Any]:
         while True:
-            frame = await asyncio.wait_for(self._frames.get(), 300)
+            try:
+                frame = await asyncio.wait_for(self._frames.get(), self.chunk_timeout_s)
+            except TimeoutError:
+                raise StreamError(
+                    f"stream {sid!r}: no chunk for {self.chunk_timeout_s:.0f} s (given to another "
+                    "consumer after a failover, or its producer stopped)"
+                ) from None
             if frame is None:
                 raise self.error or ConnectionError("consumer connection closed")
             if (frame.get("xa") or {}).get("sid") == sid:
@@ -185,15 +273,16 @@ class Consumer:
         self._current_frame = None
 
     def _expand(self, frame: dict[str, Any]) -> None:
-        p, base, dest, rd = frame["p"], frame["o"], frame["d"], frame.get("rd", 0) > 0
+        p, base, dest, rd = frame["p"], frame["o"], frame["d"], int(frame.get("rd", 0))
         xa = frame.get("xa") or {}
         records = unpack_records(frame["b"])
         self._current.extend(
-            Message(dest, r[0], r[1], r[2], r[3], p, base + i, rd, xa, base) for i, r in enumerate(records)
+            Message(dest, r[0], r[1], r[2], r[3], p, base + i, rd > 0, xa, base, rd + 1)
+            for i, r in enumerate(records)
         )
         self._current_frame = frame
         if not self.auto_ack:
-            self._unacked[(p, base)] = len(records)
+            self._unacked[(p, base, rd)] = len(records)
 
     async def receive(self, timeout: float | None = None) -> Message | StreamMessage:  # noqa: ASYNC109
         """The next message (raises TimeoutError after ``timeout`` seconds)."""
@@ -202,6 +291,13 @@ class Consumer:
             frame = await self._next_frame(timeout)
             assert frame is not None
             if frame.get("f", 0) & BatchFlag.CHUNK:
+                xa = frame.get("xa") or {}
+                sid = str(xa.get("sid", ""))
+                if int(xa.get("seq", 0)) == 0:
+                    self._refused_streams.discard(sid)
+                elif sid in self._refused_streams:
+                    self._send_ack(frame, nack=True)  # the rest of a stream given back
+                    continue
                 return StreamMessage(self, frame)
             self._expand(frame)
         msg = self._current.popleft()

@@ -460,7 +460,7 @@ class FailoverConsumer(Consumer):
         self._current.clear()
         self._current.extend(fresh)
         if not self.auto_ack:
-            k = (p, frame["o"])
+            k = (p, frame["o"], int(frame.get("rd", 0)))
             if fresh:
                 self._unacked[k] = len(fresh)
             else:
@@ -490,11 +490,11 @@ class FailoverConsumer(Consumer):
             out.append(await self.receive(0))
         return out
 
-    def _send_ack(self, frame: dict[str, Any], nack: bool = False) -> None:
+    def _send_ack(self, frame: dict[str, Any], nack: bool = False) -> asyncio.Future[Any] | None:
         try:
-            super()._send_ack(frame, nack)
+            return super()._send_ack(frame, nack)
         except ConnectionClosed:
-            pass  # redelivered after the failover, then dropped as a duplicate and acknowledged
+            return None  # redelivered after the failover, then dropped as a duplicate and acknowledged
 
     async def close(self) -> None:
         self._closing = True

@@ -26,6 +26,9 @@ class Message:
     redelivered: bool = False
     attributes: dict[str, Any] = field(default_factory=dict)
     batch_base: int = -1
+    # How often its batch has been handed out, this time included (> 1: ``redelivered``; queues
+    # and durable subscriptions count across failovers and consumer crashes).
+    delivery_count: int = 1
 
     @property
     def id(self) -> str:

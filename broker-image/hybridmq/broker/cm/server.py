@@ -475,16 +475,28 @@ class ConnectionManager:
         session.conn.reply(frame, {"t": FrameType.OK})
 
     def _ack(self, session: Session, frame: dict[str, Any]) -> None:
+        """ACK/NACK to the primary; one with a correlation id gets the MM's answer relayed."""
+        corr = frame.get("c")
         key = session.subs.get(int(frame["s"]))
         a = self.source.partitions().get(frame.get("p", ""))
         owner = log_partition_owner(str(frame.get("p", "")))  # an MM's internal log: epoch 0
-        if key is None or (a is None and owner is None):
+        target = a.primary if a is not None else owner
+        link = self.links.get(target or "")
+        if key is None or link is None or link.conn is None or link.conn.closed:
+            if corr is not None:
+                session.conn.reply_error(frame, ErrorCode.STALE_DELIVERY, "no subscription or primary for it")
             return
-        link = self.links.get((a.primary if a is not None else owner) or "")
-        if link is not None and link.conn is not None and not link.conn.closed:
-            frame["s"] = key
-            frame["e"] = a.epoch if a is not None else 0
+        frame["s"] = key
+        frame["e"] = a.epoch if a is not None else 0
+        if corr is None:
             link.conn.send_nowait(frame)
+            return
+        try:
+            fut = link.conn.request_nowait(frame)
+        except ConnectionClosed:
+            session.conn.send_nowait(error_frame(ErrorCode.MM_UNAVAILABLE, "the primary went away", corr))
+            return
+        fut.add_done_callback(partial(self._produced, session, corr))
 
     # -- admin / directory -----------------------------------------------------------------------
     def _app_counts(self) -> dict[str, int]:

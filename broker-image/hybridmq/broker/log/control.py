@@ -107,6 +107,19 @@ class SubscriptionState(ControlRecord):
 
 
 @dataclass(frozen=True, slots=True)
+class DeliveredThrough(ControlRecord):
+    """Every batch of a subscription below ``offset`` has been handed out at least once.
+
+    Written (and committed) *before* the deliveries it covers are sent, like :class:`Redelivery`
+    for second and later attempts, so a new primary knows which unacknowledged batches it delivers
+    again (and their delivery count) after a failover."""
+
+    TYPE: ClassVar[int] = 7
+    subscription: str
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
 class UnknownControl(ControlRecord):
     """A record of a type this version does not know; kept so it can be skipped or forwarded."""
 
@@ -119,7 +132,15 @@ class UnknownControl(ControlRecord):
 
 CONTROL_TYPES: dict[int, type[ControlRecord]] = {
     cls.TYPE: cls
-    for cls in (CursorCommit, AckRanges, Redelivery, ProducerSequence, Marker, SubscriptionState)
+    for cls in (
+        CursorCommit,
+        AckRanges,
+        Redelivery,
+        ProducerSequence,
+        Marker,
+        SubscriptionState,
+        DeliveredThrough,
+    )
 }
 
 

@@ -15,14 +15,24 @@ destinations, and sends DELIVER frames while the consumer links have credit. Que
 departed consumer left unacknowledged; after ``max_redeliveries`` or past its expiry a queue batch is
 moved to ``queue:_DMQ`` with its original destination and the reason.
 
-Cursors (lw + acked batches above it) of queues and durable subscriptions are written as control
-records into the partition log itself (every ``cursor_interval`` seconds when changed), so they are
-recovered with the log and will replicate with it.
+Cursors and delivery counts are control records in the partition log itself, so they recover and
+replicate with the data, and both are committed (flushed and, replicated, covered by the high
+watermark: ``control_waiter``) by one group-commit task, the control committer:
+
+* an acknowledgement is settled at once (the window refills) and *answered* (ACK with a correlation
+  id) only once the CursorCommit + AckRanges records holding it are committed: an answered
+  acknowledgement survives a failover, its batch is never delivered again;
+* a delivery to a queue or durable subscription is sent only once the records that count it are
+  committed (DeliveredThrough for a first delivery, Redelivery with the attempt for a later one): a
+  new primary knows every batch that was handed out, flags its next delivery ``rd`` > 0 and never
+  reuses an attempt number, so a late ACK of a hand-out before the failover (ACK ``rd``) cannot
+  acknowledge the new one.
 """
 
 from __future__ import annotations
 
 import asyncio
+import heapq
 import logging
 import time
 from collections import deque
@@ -34,7 +44,14 @@ from hybridmq.broker.destinations.batch_payload import StoredBatch
 from hybridmq.broker.destinations.delivery import ConsumerLink, DeliveryState, pop_redelivery
 from hybridmq.broker.destinations.matching import make_matcher
 from hybridmq.broker.flow import BacklogGate
-from hybridmq.broker.log.control import AckRanges, ControlRecord, CursorCommit, decode_control
+from hybridmq.broker.log.control import (
+    AckRanges,
+    ControlRecord,
+    CursorCommit,
+    DeliveredThrough,
+    Redelivery,
+    decode_control,
+)
 from hybridmq.broker.log.errors import (
     LogError,
     OutOfOrderSequenceError,
@@ -42,6 +59,7 @@ from hybridmq.broker.log.errors import (
     StaleEpochError,
 )
 from hybridmq.broker.mm.storage import PartitionStorage
+from hybridmq.broker.protocol.connection import ConnectionClosed
 
 log = logging.getLogger(__name__)
 
@@ -75,22 +93,38 @@ class PartitionHost:
         # Replication plugs in here: awaited after the local flush, before any ack is sent
         # and before the records become visible to consumers (the high watermark).
         self.commit_waiter: Callable[[int], Awaitable[None]] | None = None
+        # The same for control records (cursors, delivery counts): they need only be on every
+        # replica that may be promoted, not on ``min_in_sync`` of them (default: commit_waiter).
+        self.control_waiter: Callable[[int], Awaitable[None]] | None = None
         self.retention_interval = 5.0
+        # Waiting for the control committer: deliveries (sent once their records are committed),
+        # Redelivery records, and acknowledgements to answer.
+        self._outbox: list[tuple[DeliveryState, ConsumerLink, dict[str, Any]]] = []
+        self._redeliveries: list[ControlRecord] = []
+        self._ack_replies: list[tuple[Any, dict[str, Any]]] = []
+        self._committing: list[tuple[Any, dict[str, Any]]] = []  # replies of the round in progress
+        self._control_ready = asyncio.Event()
 
     # -- lifecycle -------------------------------------------------------------------------------
     def recover(self) -> None:
         """Rebuild queue and durable cursors from the control records and data in the log."""
-        snaps: dict[str, list[Any]] = {}
+        snaps: dict[str, list[Any]] = {}  # key -> [lw, ack ranges, delivered through, {base: count}]
         for batch in self.storage.scan(0):
             if batch.control:
                 for rec in decode_control(batch.blob):
                     if isinstance(rec, CursorCommit):
-                        snaps.setdefault(rec.subscription, [0, ()])[0] = rec.offset
+                        snaps.setdefault(rec.subscription, [0, (), 0, {}])[0] = rec.offset
                     elif isinstance(rec, AckRanges):
-                        snaps.setdefault(rec.subscription, [0, ()])[1] = rec.ranges
+                        snaps.setdefault(rec.subscription, [0, (), 0, {}])[1] = rec.ranges
+                    elif isinstance(rec, DeliveredThrough):
+                        snap = snaps.setdefault(rec.subscription, [0, (), 0, {}])
+                        snap[2] = max(snap[2], rec.offset)
+                    elif isinstance(rec, Redelivery):
+                        counts = snaps.setdefault(rec.subscription, [0, (), 0, {}])[3]
+                        counts[rec.offset] = max(counts.get(rec.offset, 0), rec.attempt)
             elif batch.dest.startswith("queue:") and ("q:" + batch.dest) not in self.states:
                 self._queue_state(batch.dest, batch.base)
-        for key, (lw, ranges) in snaps.items():
+        for key, (lw, ranges, through, counts) in snaps.items():
             state = self.states.get(key)
             if state is None:
                 if key.startswith("q:"):
@@ -102,7 +136,7 @@ class PartitionHost:
                     self.states[key] = state
                 else:
                     continue
-            state.restore(lw, ranges)
+            state.restore(lw, ranges, through, counts.items())
         self.storage.visible_end = self.storage.end_offset
         log.info(
             "partition %s recovered: end=%d states=%d", self.name, self.storage.end_offset, len(self.states)
@@ -110,13 +144,15 @@ class PartitionHost:
 
     def start(self) -> None:
         self._tasks.append(asyncio.create_task(self._produce_worker()))
-        self._tasks.append(asyncio.create_task(self._cursor_writer()))
+        self._tasks.append(asyncio.create_task(self._control_committer()))
+        self._tasks.append(asyncio.create_task(self._space_checker()))
         self._tasks.append(asyncio.create_task(self._retention()))
 
     async def stop(self) -> None:
         for t in self._tasks:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        self.refuse_ack_replies(ErrorCode.MM_UNAVAILABLE, f"{self.name} is stopping")
         self.write_cursors()
         try:
             await self.storage.aclose()
@@ -253,7 +289,8 @@ class PartitionHost:
             existing = self.states.get(key)
             if existing is None:
                 state = DeliveryState(key, matcher, self.storage.end_offset, False, True)
-                state.dirty = True
+                state.dirty = True  # committed at once: it starts here, also after a failover
+                self._control_ready.set()
                 self.states[key] = state
             else:
                 state = existing
@@ -278,16 +315,38 @@ class PartitionHost:
                 state.redeliver.clear()
         link.states = [s for s in link.states if self.states.get(s.key) is not s]
 
-    def ack(self, link: ConsumerLink, base: int, nack: bool = False) -> None:
+    def ack(
+        self,
+        link: ConsumerLink,
+        base: int,
+        nack: bool = False,
+        attempt: int | None = None,
+        reply: tuple[Any, dict[str, Any]] | None = None,
+    ) -> bool:
+        """Settle (or give back) the batch at ``base`` handed to ``link`` (at delivery ``attempt``).
+
+        ``reply`` (connection, ACK frame) is answered once the acknowledgement is committed; False
+        (nothing answered) when the batch is not outstanding on ``link`` at that attempt."""
+        done = False
         for state in link.states:
-            if base in state.pending and state.pending[base].link is link:
+            p = state.pending.get(base)
+            if p is not None and p.link is link:
                 if nack:
-                    state.give_back(base)
+                    done = attempt is None or p.attempt == attempt
+                    if done:
+                        state.give_back(base)
                 else:
-                    state.settle(base, link)
+                    done = state.settle(base, link, attempt)
+                break
+            if nack and p is None and state.give_back_stream_of(base, link):
+                done = True
                 break
         if self.blocked:
             self._check_space()
+        if done and reply is not None:
+            self._ack_replies.append(reply)
+            self._control_ready.set()
+        return done
 
     # -- delivery --------------------------------------------------------------------------------
     def pump(self) -> bool:
@@ -301,29 +360,47 @@ class PartitionHost:
                 link = state.pick_link()
                 if link is None:
                     break
-                batch = self._next_for(state, now)
-                if batch is None:
+                taken = self._next_for(state, now)
+                if taken is None:
                     break
-                rd = state.record_delivery(batch.base, batch.n, batch.size, link)
-                link.conn.send_nowait(
-                    {
-                        "t": FrameType.DELIVER,
-                        "s": link.key,
-                        "p": self.name,
-                        "d": batch.dest,
-                        "o": batch.base,
-                        "n": batch.n,
-                        "b": batch.blob,
-                        "f": batch.flags,
-                        "rd": rd,
-                        "xa": batch.extra,
-                        "ts": batch.timestamp,
-                    }
-                )
+                batch, again = taken
+                stream = (batch.extra or {}).get("sid") if batch.flags & BatchFlag.CHUNK else None
+                owner = state.stream_owner(stream)
+                if owner is not None and owner is not link:
+                    if not owner.has_credit():  # a stream's chunks all go to one consumer
+                        if again:
+                            heapq.heappush(state.redeliver, batch.base)
+                        else:
+                            state.next_offset = batch.base
+                        break
+                    link = owner
+                fin = bool((batch.extra or {}).get("fin")) if stream is not None else False
+                attempt = state.record_delivery(batch.base, batch.n, batch.size, link, stream, fin)
+                frame = {
+                    "t": FrameType.DELIVER,
+                    "s": link.key,
+                    "p": self.name,
+                    "d": batch.dest,
+                    "o": batch.base,
+                    "n": batch.n,
+                    "b": batch.blob,
+                    "f": batch.flags,
+                    "rd": attempt - 1,
+                    "xa": batch.extra,
+                    "ts": batch.timestamp,
+                }
+                if state.persistent:  # sent once the records counting it are committed
+                    if attempt > 1:
+                        self._redeliveries.append(Redelivery(state.key, batch.base, attempt))
+                    self._outbox.append((state, link, frame))
+                    self._control_ready.set()
+                else:
+                    link.conn.send_nowait(frame)
                 sent = True
         return sent
 
-    def _next_for(self, state: DeliveryState, now: int) -> StoredBatch | None:
+    def _next_for(self, state: DeliveryState, now: int) -> tuple[StoredBatch, bool] | None:
+        """The next batch to hand out, and whether it is a redelivery taken from the heap."""
         while True:
             base = pop_redelivery(state) if state.redeliver else None
             if base is not None:
@@ -331,10 +408,10 @@ class PartitionHost:
                 if batch is None or batch.base != base:
                     state.mark_acked(base, base)
                     continue
-                if state.deliveries.get(base, 0) > self.max_redeliveries:
+                if state.times_delivered(base) > self.max_redeliveries:
                     self._to_dmq(state, batch, f"maximum redeliveries ({self.max_redeliveries}) exceeded")
                     continue
-                return batch
+                return batch, True
             batch = self.storage.batch_at(state.next_offset)
             if batch is None:
                 return None
@@ -347,7 +424,7 @@ class PartitionHost:
                 if state.is_queue:
                     self._to_dmq(state, batch, "expired")
                 continue
-            return batch
+            return batch, False
 
     def _to_dmq(self, state: DeliveryState, batch: StoredBatch, reason: str) -> None:
         state.deliveries.pop(batch.base, None)
@@ -359,16 +436,28 @@ class PartitionHost:
         self.append_internal(DMQ_DESTINATION, batch.n, batch.blob, batch.flags | BatchFlag.DMQ, extra)
         log.info("moved %s:%d (%s) to _DMQ: %s", self.name, batch.base, batch.dest, reason)
 
-    # -- cursors ---------------------------------------------------------------------------------
-    def write_cursors(self, everything: bool = False) -> None:
-        """Append the changed (or all) cursors as CursorCommit + AckRanges control records."""
+    # -- cursors and delivery counts ----------------------------------------------------------------
+    def cursor_records(self, everything: bool = False) -> list[ControlRecord]:
+        """The changed (or all) cursors and delivery marks as control records."""
         records: list[ControlRecord] = []
         for key, state in self.states.items():
-            if state.persistent and (state.dirty or everything):
+            if not state.persistent:
+                continue
+            if state.dirty or everything:
                 state.dirty = False
                 lw, ranges = state.snapshot()
                 records.append(CursorCommit(key, lw))
                 records.append(AckRanges(key, ranges))
+            if state.delivery_dirty or everything:
+                state.delivery_dirty = False
+                records.append(DeliveredThrough(key, state.delivered_through))
+        records.extend(self._redeliveries)
+        self._redeliveries = []
+        return records
+
+    def write_cursors(self, everything: bool = False) -> None:
+        """Append the changed (or all) cursors as control records (committed by the next flush)."""
+        records = self.cursor_records(everything)
         if records:
             self.storage.append_control(records, self.epoch)
 
@@ -391,11 +480,69 @@ class PartitionHost:
             if start > 0:
                 log.debug("retention on %s: log starts at %d", self.name, start)
 
-    async def _cursor_writer(self) -> None:
+    async def _control_committer(self) -> None:
+        """Group commit of cursors and delivery counts: append one control batch for everything
+        changed since the last round, commit it, then send the deliveries and answer the acks."""
+        while True:
+            await self._control_ready.wait()
+            self._control_ready.clear()
+            outbox, self._outbox = self._outbox, []
+            replies, self._ack_replies = self._ack_replies, []
+            self._committing = replies
+            try:
+                self.write_cursors()
+                end = self.storage.end_offset
+                await self.storage.flush(end)
+                waiter = self.control_waiter or self.commit_waiter
+                if waiter is not None:
+                    await waiter(end)
+            except Exception as exc:
+                code = getattr(exc, "frame_code", None)
+                if code is None:
+                    log.exception("committing cursors failed on %s", self.name)
+                for state, link, frame in outbox:  # never sent: given back (counted, conservatively)
+                    if state.pending.get(frame["o"]) is not None and state.pending[frame["o"]].link is link:
+                        state.give_back(frame["o"])
+                self._committing = []
+                _refuse(replies, code or ErrorCode.INTERNAL, f"not committed: {exc}")
+                await asyncio.sleep(0.05)
+                self._wake()
+                continue
+            self._committing = []
+            for conn, frame in [(link.conn, f) for _, link, f in outbox] + [
+                (conn, {"t": FrameType.OK, "r": f.get("c")}) for conn, f in replies
+            ]:
+                _send(conn, frame)
+            self._wake()
+
+    def refuse_ack_replies(self, code: ErrorCode, why: str) -> None:
+        """Answer every acknowledgement waiting for a commit with an error (it may not be kept)."""
+        waiting = self._committing + self._ack_replies
+        self._committing, self._ack_replies = [], []
+        _refuse(waiting, code, why)
+
+    async def _space_checker(self) -> None:
+        """Reopen appends once consumers brought the backlog back under the limit; commit cursors
+        that moved without an acknowledgement (at most every 0.2 s)."""
         while True:
             await asyncio.sleep(0.2)
-            self.write_cursors()
+            if any(s.dirty for s in self.states.values() if s.persistent):
+                self._control_ready.set()  # cursors moved without an ack (skips, _DMQ moves)
             if self.blocked:
                 self._check_space()
                 if not self.blocked:
                     self._produce_ready.set()
+
+
+def _refuse(replies: list[tuple[Any, dict[str, Any]]], code: ErrorCode, why: str) -> None:
+    for conn, frame in replies:
+        _send(conn, error_frame(code, why, frame.get("c")))
+
+
+def _send(conn: Any, frame: dict[str, Any]) -> None:
+    """Send unless the connection is gone (its consumer's deliveries are given back on close)."""
+    if not conn.closed:
+        try:
+            conn.send_nowait(frame)
+        except ConnectionClosed:
+            pass

@@ -256,6 +256,7 @@ class ReplicaManager:
         host.writable = a.writable
         host.guard = lambda frame: self._guard(leader, frame)
         host.commit_waiter = lambda end: self._commit(leader, end)
+        host.control_waiter = lambda end: self._commit(leader, end, min_in_sync=False)
         host.start()
         r.tasks.append(asyncio.create_task(leader.run_maintenance(max(self.lag_time_ms / 4000, 0.05))))
         r.leader, r.host, r.role, r.epoch, r.primary_mm = leader, host, "primary", a.epoch, self.me
@@ -359,10 +360,10 @@ class ReplicaManager:
             )
         return None
 
-    async def _commit(self, leader: PartitionPrimary, end: int) -> None:
+    async def _commit(self, leader: PartitionPrimary, end: int, *, min_in_sync: bool = True) -> None:
         try:
             async with asyncio.timeout(self.commit_timeout_s):
-                await leader.wait_committed(end)
+                await leader.wait_committed(end, min_in_sync=min_in_sync)
         except NotPrimaryError as exc:
             raise CommitError(ErrorCode.NOT_PRIMARY, str(exc)) from None
         except (ReplicationError, TimeoutError) as exc:

@@ -53,6 +53,7 @@ class ReplicatedPartitionHost(PartitionHost):
                 t.cancel()
             await asyncio.wait(pending, timeout=0.5)
         self._tasks.clear()
+        self.refuse_ack_replies(ErrorCode.NOT_PRIMARY, f"{self.name} moved to another primary")
         queued = list(self._produce_q)
         self._produce_q.clear()
         for conn, frame in queued:

@@ -21,7 +21,7 @@ from hybridmq.broker.auth import cluster_secret
 from hybridmq.broker.destinations.delivery import ConsumerLink
 from hybridmq.broker.log.config import LogConfig
 from hybridmq.broker.log_events import LogEventBuffer
-from hybridmq.broker.mm import fetch_handler
+from hybridmq.broker.mm import acks, fetch_handler
 from hybridmq.broker.mm.internal_log import InternalLogHost, open_internal_log
 from hybridmq.broker.mm.partition import PartitionHost
 from hybridmq.broker.mm.storage import PartitionStorage
@@ -237,12 +237,7 @@ class MessageManager:
                     return
                 host.enqueue_produce(conn, frame)
             elif t in (FrameType.ACK, FrameType.NACK):
-                link = self.links.get((id(conn), frame["s"]))
-                host = self.hosts.get(frame.get("p", ""))
-                # an ack routed under an older epoch is stale: the cursor moved on without it
-                if link is not None and host is not None and int(frame.get("e", host.epoch)) >= host.epoch:
-                    host.ack(link, int(frame["o"]), nack=t == FrameType.NACK)
-                    self.wake()
+                acks.handle(self, conn, frame)
             elif t == FrameType.SUBSCRIBE:
                 self._subscribe(conn, frame)
             elif t == FrameType.UNSUBSCRIBE:

@@ -266,21 +266,23 @@ class PartitionPrimary:
         await self.wait_committed(result.end_offset)
         return result
 
-    async def wait_committed(self, end_offset: int) -> None:
+    async def wait_committed(self, end_offset: int, *, min_in_sync: bool = True) -> None:
         """Local durability (group commit), then :meth:`wait_for_hw`."""
         await self.log.flush_until(end_offset)
         self._update_hw()
-        await self.wait_for_hw(end_offset)
+        await self.wait_for_hw(end_offset, min_in_sync=min_in_sync)
 
-    async def wait_for_hw(self, offset: int) -> None:
-        """Return once the high watermark is >= ``offset`` with ``min_in_sync`` replicas in sync."""
+    async def wait_for_hw(self, offset: int, *, min_in_sync: bool = True) -> None:
+        """Return once the high watermark is >= ``offset`` with ``min_in_sync`` replicas in sync
+        (``min_in_sync=False``: on every in-sync replica, however few; enough for control records,
+        since only an in-sync replica is ever promoted)."""
         if self._hw < offset:
             if self._stepped_down is not None:
                 raise NotPrimaryError(f"{self.partition}: stepped down ({self._stepped_down})")
             future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             heapq.heappush(self._hw_waiters, (offset, next(self._seq), future))
             await future
-        if len(self._in_sync) < self.min_in_sync:
+        if min_in_sync and len(self._in_sync) < self.min_in_sync:
             raise NotEnoughReplicasAfterAppendError(
                 f"{self.partition}: stored, but only {len(self._in_sync)} replicas in sync"
             )

@@ -1,0 +1,41 @@
+"""ACK and NACK frames from a CM (``MessageManager._handle`` hands them here).
+
+An ACK names the batch (``p``, ``o``), the subscription (``s``), the partition epoch the CM routed
+it under (``e``) and, from current clients, the delivery it acknowledges (``rd``, the DELIVER's
+delivery count - 1) and a correlation id (``c``). With ``c`` it is answered: ``OK`` once the
+acknowledgement is committed (it survives a failover; the batch is never delivered again), or
+``ERROR STALE_DELIVERY`` when that delivery is not outstanding here (already acknowledged, given
+back, or delivered again since, e.g. by a new primary after a failover): the batch is then
+redelivered, flagged, or was already acknowledged. Without ``c`` nothing is answered (older clients).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hybridmq.api.frames import ErrorCode, FrameType
+from hybridmq.broker.protocol import Connection
+
+
+def handle(mm: Any, conn: Connection, frame: dict[str, Any]) -> None:
+    """``mm`` is the ``MessageManager`` (``links``, ``hosts``, ``wake``)."""
+    nack = frame["t"] == FrameType.NACK
+    answer = frame.get("c") is not None
+    link = mm.links.get((id(conn), frame["s"]))
+    host = mm.hosts.get(frame.get("p", ""))
+    rd = frame.get("rd")
+    attempt = int(rd) + 1 if rd is not None else None
+    if link is None or host is None:
+        why = f"no subscription {frame['s']!r} on {frame.get('p')!r} here"
+    elif int(frame.get("e", host.epoch)) < host.epoch:
+        # routed under an older epoch: the cursor moved on without it
+        why = f"epoch {frame.get('e')} < {host.epoch} of {host.name}"
+    elif host.ack(link, int(frame["o"]), nack, attempt, (conn, frame) if answer and not nack else None):
+        mm.wake()
+        if answer and nack:
+            conn.reply(frame, {"t": FrameType.OK})
+        return
+    else:
+        why = f"delivery {frame.get('p')}:{frame['o']} (attempt {attempt}) is not outstanding"
+    if answer:
+        conn.reply_error(frame, ErrorCode.STALE_DELIVERY, why)
