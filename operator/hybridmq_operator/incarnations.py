@@ -28,7 +28,16 @@ Body = Mapping[str, Any]
 
 ANNOTATION = "hybridmq.io/accounted-incarnation"
 
-__all__ = ["ANNOTATION", "accounted", "acquired", "own_lease", "referenced", "restarted", "unrecorded"]
+__all__ = [
+    "ANNOTATION",
+    "accounted",
+    "acquired",
+    "own_lease",
+    "referenced",
+    "restarted",
+    "stale_lease",
+    "unrecorded",
+]
 
 
 def _meta(body: Body) -> Mapping[str, Any]:
@@ -47,19 +56,22 @@ def accounted(lease: Body) -> str | None:
     return str(value) if value else None
 
 
-def _owner_uid(lease: Body) -> str | None:
-    for ref in _meta(lease).get("ownerReferences") or []:
-        if ref.get("kind") == "Pod" and ref.get("uid"):
-            return str(ref["uid"])
-    return None
+def _owner_uids(lease: Body) -> set[str]:
+    refs = _meta(lease).get("ownerReferences") or []
+    return {str(ref["uid"]) for ref in refs if ref.get("kind") == "Pod" and ref.get("uid")}
 
 
 def own_lease(pod: Body | None, lease: Body | None) -> Body | None:
-    """``lease`` if it belongs to ``pod`` (same owner UID, or no UID to compare), else None."""
+    """``lease`` if it belongs to ``pod`` (owned by its UID, or no UID to compare), else None."""
     if pod is None or lease is None:
         return None
-    owner, uid = _owner_uid(lease), _meta(pod).get("uid")
-    return lease if owner is None or not uid or owner == uid else None
+    owners, uid = _owner_uids(lease), _meta(pod).get("uid")
+    return lease if not owners or not uid or uid in owners else None
+
+
+def stale_lease(pod: Body | None, lease: Body | None) -> bool:
+    """The pod's name has a Lease, but an earlier pod of that name owns it: the pod was replaced."""
+    return pod is not None and lease is not None and own_lease(pod, lease) is None
 
 
 def referenced(partitions: Iterable[Partition]) -> frozenset[str]:

@@ -9,9 +9,10 @@ Pure functions, unit tested without Kubernetes. An MM is *lost* when (DESIGN §4
 * its Lease shows an MM process the operator has not accounted for yet while a Partition still
   names the MM (``incarnations``): a restarted MM lost what it held in memory, so it is treated as
   lost until that failover is applied, and returns as a backup;
-* a Partition names it but its pod has not started and holds no Lease of its own: the pod was
-  replaced (say force-deleted, and the StatefulSet's same-name replacement is Pending on a node that
-  stopped answering), so whatever the old pod held is gone.
+* a Partition names it but its pod holds no Lease of its own and has not started, or the Lease
+  under its name belongs to an earlier pod: the pod was replaced (say force-deleted, and the
+  StatefulSet's same-name replacement is Pending on a node that stopped answering, or already runs
+  while the old pod's Lease is still there), so whatever the old pod held is gone.
 
 A Lease owned by another pod UID (an earlier pod of the same name) is ignored. A pod that never
 created a Lease is otherwise judged by its pod alone, so brokers without Lease support still work.
@@ -109,10 +110,11 @@ def observe_mm(
     first_seen_lost: Mapping[str, datetime] | None = None,
     restarted: bool = False,
     holds_replicas: bool = False,
+    replaced: bool = False,
 ) -> MessageManager:
     """One MM as the planner sees it. ``first_seen_lost`` remembers losses without a timestamp;
     ``lease`` must be the pod's own (``incarnations.own_lease``); ``holds_replicas``: a Partition
-    names the MM."""
+    names the MM; ``replaced``: the Lease under its name belongs to an earlier pod."""
     reason: str | None = None
     since: datetime | None = None
     if pod is None:
@@ -129,7 +131,8 @@ def observe_mm(
     if reason is None and restarted:
         # A new MM process behind the same name: what the old one held in memory is gone.
         reason, since = "message manager restarted", lease_acquired(lease) if lease else None
-    if reason is None and holds_replicas and lease is None and pod is not None and not container_running(pod):
+    started = pod is not None and container_running(pod)
+    if reason is None and holds_replicas and lease is None and (replaced or not started):
         # Not the process the partitions were assigned to: that one went with the old pod.
         reason = "pod replaced"
     seen = first_seen_lost.get(name) if first_seen_lost is not None else None
@@ -255,11 +258,8 @@ def cluster_state(
     parsed = (cache or PartitionCache()).parse(snapshot.partitions)
     parsed = [p for p in parsed if p.spec.cluster == snapshot.name]
     pods = snapshot.pods_of(names.ROLE_MM)
-    leases = {
-        n: lease
-        for n, lease in snapshot.leases_by_name().items()
-        if incarnations.own_lease(pods.get(n), lease)
-    }
+    all_leases = snapshot.leases_by_name()
+    leases = {n: lease for n, lease in all_leases.items() if incarnations.own_lease(pods.get(n), lease)}
     named = incarnations.referenced(parsed)
     restarted = restarted | incarnations.restarted(pods, leases, named)
     mms = tuple(
@@ -272,6 +272,7 @@ def cluster_state(
             first_seen_lost=first_seen_lost,
             restarted=mm in restarted,
             holds_replicas=mm in named,
+            replaced=incarnations.stale_lease(pods.get(mm), all_leases.get(mm)),
         )
         for mm in mm_names(snapshot, parsed)
     )

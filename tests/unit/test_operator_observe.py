@@ -255,6 +255,15 @@ def test_a_lease_of_an_earlier_pod_says_nothing_about_the_replacement() -> None:
     assert mm0.stored is None  # the stale Lease's report is not taken either
     update = next(c for c in plan(_state_of(stale, pods)).changes)
     assert isinstance(update, UpdatePartitionStatus) and update.status.primary == "demo-mm-1"
+    # Already running, but the Lease under its name is still the old pod's: replaced all the same.
+    pods[0]["status"] = pod("demo-mm-0")["status"]
+    assert _state_of(stale, pods).message_managers[0].lost_reason == "pod replaced"
+    # Once the new process renews the Lease it owns it too, and shows a process not accounted for.
+    stale["metadata"]["ownerReferences"].append(
+        {"kind": "Pod", "name": "demo-mm-0", "uid": "uid-replacement"}
+    )
+    stale["spec"]["acquireTime"] = stamp(NOW)
+    assert _state_of(stale, pods).message_managers[0].lost_reason == "message manager restarted"
 
 
 def test_partition_cache_reparses_only_changed_versions() -> None:
