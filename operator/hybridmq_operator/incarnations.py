@@ -89,12 +89,23 @@ def _own(pods: Mapping[str, Body], leases: Mapping[str, Body]) -> dict[str, Body
     return {name: lease for name, pod in pods.items() if (lease := own_lease(pod, leases.get(name)))}
 
 
-def restarted(pods: Mapping[str, Body], leases: Mapping[str, Body], named: frozenset[str]) -> frozenset[str]:
-    """MMs named by a Partition whose Lease shows a process the operator has not accounted for."""
+def restarted(
+    pods: Mapping[str, Body],
+    leases: Mapping[str, Body],
+    named: frozenset[str],
+    recorded: Mapping[str, str] | None = None,
+) -> frozenset[str]:
+    """MMs named by a Partition whose Lease shows a process the operator has not accounted for.
+
+    ``recorded``: what this operator wrote and the watch may not have delivered yet.
+    """
+    done = recorded or {}
     return frozenset(
         name
         for name, lease in _own(pods, leases).items()
-        if name in named and (inc := acquired(lease)) is not None and accounted(lease) != inc
+        if name in named
+        and (inc := acquired(lease)) is not None
+        and inc not in (accounted(lease), done.get(name))
     )
 
 

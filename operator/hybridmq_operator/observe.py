@@ -253,7 +253,9 @@ def cluster_state(
     first_seen_lost: Mapping[str, datetime] | None = None,
     restarted: frozenset[str] = frozenset(),
     cache: PartitionCache | None = None,
+    recorded: Mapping[str, str] | None = None,
 ) -> ClusterState:
+    """``recorded``: incarnations the operator wrote on Leases that the watch has not delivered."""
     cluster = BrokerCluster.model_validate(dict(snapshot.cluster))
     parsed = (cache or PartitionCache()).parse(snapshot.partitions)
     parsed = [p for p in parsed if p.spec.cluster == snapshot.name]
@@ -261,7 +263,7 @@ def cluster_state(
     all_leases = snapshot.leases_by_name()
     leases = {n: lease for n, lease in all_leases.items() if incarnations.own_lease(pods.get(n), lease)}
     named = incarnations.referenced(parsed)
-    restarted = restarted | incarnations.restarted(pods, leases, named)
+    restarted = restarted | incarnations.restarted(pods, leases, named, recorded)
     mms = tuple(
         observe_mm(
             mm,

@@ -190,7 +190,9 @@ async def reconcile_round(
         partitions=rec.partitions(indexes.values(partitions_index, key)),
     )
     now = datetime.now(UTC)
-    state = observe.cluster_state(snapshot, now, settings.mm_replicas, rec.first_seen_lost, cache=rec.cache)
+    state = observe.cluster_state(
+        snapshot, now, settings.mm_replicas, rec.first_seen_lost, cache=rec.cache, recorded=rec.recorded
+    )
     rec.track_losses(state, now)
     t_observed = time.monotonic()
     if waiting_for_initial_mms(snapshot, state, settings, now) or rec.unchanged(state, settings):
