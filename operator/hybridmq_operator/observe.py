@@ -9,6 +9,7 @@ Pure functions, unit tested without Kubernetes. An MM is *lost* when (DESIGN §4
 * its Lease shows an MM process the operator has not accounted for yet while a Partition still
   names the MM (``incarnations``): a restarted MM lost what it held in memory, so it is treated as
   lost until that failover is applied, and returns as a backup;
+* a Partition names it but its Lease, which the operator had seen, is gone;
 * a Partition names it but its pod holds no Lease of its own and has not started, or the Lease
   under its name belongs to an earlier pod: the pod was replaced (say force-deleted, and the
   StatefulSet's same-name replacement is Pending on a node that stopped answering, or already runs
@@ -111,10 +112,12 @@ def observe_mm(
     restarted: bool = False,
     holds_replicas: bool = False,
     replaced: bool = False,
+    had_lease: bool = False,
 ) -> MessageManager:
     """One MM as the planner sees it. ``first_seen_lost`` remembers losses without a timestamp;
     ``lease`` must be the pod's own (``incarnations.own_lease``); ``holds_replicas``: a Partition
-    names the MM; ``replaced``: the Lease under its name belongs to an earlier pod."""
+    names the MM; ``replaced``: the Lease under its name belongs to an earlier pod; ``had_lease``:
+    the operator accounted for a Lease of this pod before."""
     reason: str | None = None
     since: datetime | None = None
     if pod is None:
@@ -135,6 +138,8 @@ def observe_mm(
     if reason is None and holds_replicas and lease is None and (replaced or not started):
         # Not the process the partitions were assigned to: that one went with the old pod.
         reason = "pod replaced"
+    if reason is None and holds_replicas and lease is None and had_lease:
+        reason = "lease lost"
     seen = first_seen_lost.get(name) if first_seen_lost is not None else None
     # Timestamps in metadata have a 1 s resolution; our own sighting is sharper when it is close.
     if (
@@ -275,6 +280,7 @@ def cluster_state(
             restarted=mm in restarted,
             holds_replicas=mm in named,
             replaced=incarnations.stale_lease(pods.get(mm), all_leases.get(mm)),
+            had_lease=recorded is not None and mm in recorded,
         )
         for mm in mm_names(snapshot, parsed)
     )

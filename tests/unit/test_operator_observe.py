@@ -247,6 +247,16 @@ def test_an_mm_process_not_accounted_for_is_lost_while_a_partition_names_it() ->
     named = frozenset({"demo-mm-0"})
     assert incarnations.restarted(pods, leases, named) == named
     assert incarnations.restarted(pods, leases, named, {"demo-mm-0": stamp(new)}) == frozenset()
+    # A Lease the operator had accounted for, gone while the pod runs: lost at once.
+    snap = observe.Snapshot(
+        cluster=cluster(),
+        pods=tuple(_mm_pods()),
+        leases=(lease("demo-mm-1", NOW),),
+        partitions=(partition("p", "demo-mm-0", ["demo-mm-0", "demo-mm-1"]),),
+    )
+    gone = observe.cluster_state(snap, NOW, desired_mms=2, recorded={"demo-mm-0": stamp(old)})
+    assert gone.message_managers[0].lost_reason == "lease lost"
+    assert observe.cluster_state(snap, NOW, desired_mms=2).message_managers[0].alive  # never had one
 
 
 def test_a_lease_of_an_earlier_pod_says_nothing_about_the_replacement() -> None:
