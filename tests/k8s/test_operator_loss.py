@@ -1,6 +1,7 @@
 """MM loss that the old pod's object cannot tell: force-deletion on a frozen node, restarts
-while the operator is down. The operator runs as a process, the MMs are the stand-in brokers
-(``stub_broker.py``: health endpoints, a Lease renewed with a report), on the real API server.
+while the operator is down. The operator runs as a process on the real API server; the MMs are
+the stand-in brokers (``stub_broker.py``: health endpoints, a Lease renewed with a report) and,
+for the force-deletion, the real ``hybridmq mm`` too.
 """
 
 from __future__ import annotations
@@ -22,11 +23,14 @@ TRIALS = 4
 FAILOVER_BOUND_S = 5.0
 
 
-@pytest.fixture
-def running(local_cluster: LocalCluster, cluster_namespace: str) -> Iterator[tuple[Kube, OperatorProcess]]:
+@pytest.fixture(params=["stub"])
+def running(
+    local_cluster: LocalCluster, cluster_namespace: str, request: pytest.FixtureRequest
+) -> Iterator[tuple[Kube, OperatorProcess]]:
+    """The operator, with stand-in brokers unless the test asks for the real ones (indirect)."""
     apply_crds(local_cluster)
     kube = Kube(local_cluster, cluster_namespace)
-    op = OperatorProcess(local_cluster, cluster_namespace).start()
+    op = OperatorProcess(local_cluster, cluster_namespace, broker=request.param).start()
     try:
         yield kube, op
     finally:
@@ -62,6 +66,7 @@ def lease_acquired(kube: Kube, name: str) -> Any:
         raise
 
 
+@pytest.mark.parametrize("running", ["stub", "real"], indirect=True)
 def test_force_deleted_primary_on_a_frozen_node_fails_over_every_time(
     local_cluster: LocalCluster, cluster_namespace: str, running: tuple[Kube, OperatorProcess]
 ) -> None:
