@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "k8s"))
@@ -134,9 +135,10 @@ def crash_and_fail_over(
     old_pid = local_cluster.container_pid(ns, old_pod, "operator")
     log = local_cluster.container_log(ns, old_pod, "operator")
     assert old_pid is not None and log is not None
-    offset = log.stat().st_size
     before = primary_of(kube, name)
     local_cluster.kill_container(ns, old_pod, "operator", sig=signal.SIGKILL)
+    wait_for(lambda: not psutil.pid_exists(old_pid), 30, "the operator process gone", interval=0.01)
+    offset = log.stat().st_size  # the successor's lines (in the same pod) come after this
     if replace_pod:
         local_cluster.kubectl("delete", "pod", old_pod, "-n", ns, "--grace-period=0", "--force")
     kube.core.delete_namespaced_pod(before["primary"], ns)

@@ -53,8 +53,10 @@ class Reconciler:
         self.deleted: dict[str, float] = {}
         self.first_seen_lost: dict[str, datetime] = {}
         self.last_status: dict[str, Any] | None = None
-        # Incarnations recorded on Leases whose watch event has not arrived yet (no double writes).
+        # Incarnations this operator recorded on Leases (the watch may not have delivered them yet),
+        # and on which Lease (uid): a re-created Lease needs the record again.
         self.recorded: dict[str, str] = {}
+        self.recorded_on: dict[str, str] = {}
         self.cache = observe.PartitionCache()
         self.pool = writer_pool(f"{namespace}/{name}")
         self.fingerprint: Any = None
@@ -104,9 +106,10 @@ class Reconciler:
 
 def _record_incarnations(rec: Reconciler, snapshot: observe.Snapshot) -> None:
     """Note on each MM Lease the process this round accounted for (see ``incarnations``)."""
-    pods = snapshot.pods_of(names.ROLE_MM)
-    for name, inc in incarnations.unrecorded(pods, snapshot.leases_by_name()).items():
-        if rec.recorded.get(name) == inc:
+    pods, leases = snapshot.pods_of(names.ROLE_MM), snapshot.leases_by_name()
+    for name, inc in incarnations.unrecorded(pods, leases).items():
+        uid = str((leases[name].get("metadata") or {}).get("uid") or "")
+        if rec.recorded.get(name) == inc and rec.recorded_on.get(name) == uid:
             continue
         patch = {"metadata": {"annotations": {incarnations.ANNOTATION: inc}}}
         try:
@@ -114,9 +117,9 @@ def _record_incarnations(rec: Reconciler, snapshot: observe.Snapshot) -> None:
         except kube.KubeError as exc:
             if not exc.not_found:
                 raise
-        rec.recorded[name] = inc
+        rec.recorded[name], rec.recorded_on[name] = inc, uid
     for name in set(rec.recorded) - set(pods):
-        del rec.recorded[name]
+        del rec.recorded[name], rec.recorded_on[name]
 
 
 def _cluster_ref(body: Mapping[str, Any]) -> dict[str, Any]:
