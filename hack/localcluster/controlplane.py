@@ -7,6 +7,7 @@ directory lets another process (`python -m localcluster down`) stop everything.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -434,6 +435,10 @@ class LocalCluster:
             record = by_name.pop(name, None)
             if record is not None and record.alive():
                 progress(f"stopping {name} (pid {record.pid})")
+                proc = record.process()
+                if proc is not None:  # a frozen agent could not stop its pods
+                    with contextlib.suppress(psutil.Error):
+                        proc.resume()
                 processes.stop_group(record, grace=15.0 if name == "node-agent" else 5.0)
         for record in by_name.values():
             processes.stop_group(record, grace=5.0)
@@ -530,6 +535,21 @@ class LocalCluster:
 
     def resume_heartbeats(self) -> None:
         (self.directory / PAUSE_FLAG).unlink(missing_ok=True)
+
+    def freeze_node(self) -> None:
+        """Stop the node agent dead (SIGSTOP), like a node that stopped answering: no heartbeats,
+        no status, no pod started or killed; the containers it already runs keep running."""
+        self._agent_process().suspend()
+
+    def thaw_node(self) -> None:
+        """Let a frozen node agent go on (SIGCONT); it catches up with what changed meanwhile."""
+        self._agent_process().resume()
+
+    def _agent_process(self) -> psutil.Process:
+        for record in self.records:
+            if record.name == "node-agent" and (proc := record.process()) is not None:
+                return proc
+        raise LookupError("the node agent is not running")
 
     def container_pid(self, namespace: str, pod: str, container: str | None = None) -> int | None:
         """PID of the running process of a container (the first container if none named)."""

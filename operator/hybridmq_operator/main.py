@@ -6,7 +6,10 @@ Options (each also from an environment variable, for the chart's Deployment):
   ``--all-namespaces`` (``HYBRIDMQ_OPERATOR_CLUSTERWIDE=1``): what to serve (default: all);
 * ``--peering NAME`` (``HYBRIDMQ_OPERATOR_PEERING``): Kopf peering object for HA (the KopfPeering
   or ClusterKopfPeering CRD must be installed), ``--standalone`` to run without peering,
-  ``--priority N`` (``HYBRIDMQ_OPERATOR_PRIORITY``);
+  ``--priority N|auto`` (``HYBRIDMQ_OPERATOR_PRIORITY``, default ``auto``: the start time in
+  milliseconds, so the newest operator works and an older one pauses, see ``peering.py``),
+  ``--peering-lifetime S`` (``HYBRIDMQ_OPERATOR_PEERING_LIFETIME``, default 15); the peering
+  identity is ``$POD_ID`` (the pod's name, from the downward API) when set;
 * ``--liveness URL`` (``HYBRIDMQ_OPERATOR_LIVENESS``, e.g. ``http://0.0.0.0:8080/healthz``);
 * ``--metrics-address HOST:PORT`` (``HYBRIDMQ_OPERATOR_METRICS``, default ``127.0.0.1:9090``; port 0
   disables it);
@@ -23,6 +26,8 @@ import sys
 from collections.abc import Sequence
 
 import kopf
+
+from hybridmq_operator import peering
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -45,12 +50,24 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--standalone", action="store_true", default=env.get("HYBRIDMQ_OPERATOR_STANDALONE", "") == "1"
     )
-    parser.add_argument("--priority", type=int, default=int(env.get("HYBRIDMQ_OPERATOR_PRIORITY", "0")))
+    parser.add_argument(
+        "--priority",
+        type=peering.parse_priority,
+        default=env.get("HYBRIDMQ_OPERATOR_PRIORITY") or peering.AUTO,
+        help="peering priority: an integer, or 'auto' (the start time: the newest operator works)",
+    )
+    parser.add_argument(
+        "--peering-lifetime",
+        type=peering.parse_lifetime,
+        default=env.get("HYBRIDMQ_OPERATOR_PEERING_LIFETIME") or str(peering.DEFAULT_LIFETIME_S),
+        help="seconds a dead operator's peering record keeps a standby paused",
+    )
     parser.add_argument("--liveness", default=env.get("HYBRIDMQ_OPERATOR_LIVENESS") or None)
     parser.add_argument("--metrics-address", default=env.get("HYBRIDMQ_OPERATOR_METRICS", "127.0.0.1:9090"))
     parser.add_argument("-v", "--verbose", action="store_true")
     parser.add_argument("--debug", action="store_true")
     args = parser.parse_args(argv)
+    # argparse converts string defaults (the environment) with `type` too: bad values fail here.
     if args.peering and args.standalone:
         parser.error("--peering and --standalone exclude each other")
     return args
@@ -80,6 +97,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             standalone=args.standalone or None,
             peering_name=args.peering,
             priority=args.priority,
+            identity=peering.identity(),
+            memo=kopf.Memo(peering_lifetime=args.peering_lifetime),
             liveness_endpoint=args.liveness,
         )
     except (KeyboardInterrupt, asyncio.CancelledError):

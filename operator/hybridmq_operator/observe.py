@@ -6,11 +6,17 @@ Pure functions, unit tested without Kubernetes. An MM is *lost* when:
   (terminated, or waiting after a restart);
 * its Lease (named after the pod) was renewed once and has expired
   (``renewTime + leaseDurationSeconds`` is in the past);
-* its Lease shows a new MM process (``acquireTime`` changed since the previous round): a restarted
-  MM lost what it held in memory, so it is treated as lost for one round and returns as a backup.
+* its Lease shows an MM process the operator has not accounted for yet while a Partition still
+  names the MM (``incarnations``): a restarted MM lost what it held in memory, so it is treated as
+  lost until that failover is applied, and returns as a backup;
+* a Partition names it but its Lease, which the operator had seen, is gone;
+* a Partition names it but its pod holds no Lease of its own and has not started, or the Lease
+  under its name belongs to an earlier pod: the pod was replaced (say force-deleted, and the
+  StatefulSet's same-name replacement is Pending on a node that stopped answering, or already runs
+  while the old pod's Lease is still there), so whatever the old pod held is gone.
 
-A pod that never created a Lease is judged by its pod alone, so brokers without Lease support
-still work.
+A Lease owned by another pod UID (an earlier pod of the same name) is ignored. A pod that never
+created a Lease is otherwise judged by its pod alone, so brokers without Lease support still work.
 
 Plain readiness-probe failures do not fail an MM over (a catching-up MM may be unready); they only
 keep new replicas away from it.
@@ -27,7 +33,7 @@ from pydantic import ValidationError
 
 from hybridmq.api.lease_report import REPORT_ANNOTATION, MMReport
 from hybridmq.api.resources import BrokerCluster, Partition, PartitionState
-from hybridmq_operator import names
+from hybridmq_operator import incarnations, names
 from hybridmq_operator.conditions import ClusterObservation, PartitionObservation
 from hybridmq_operator.planner.state import ClusterState, MessageManager, PartitionInfo, ReplicaReport
 
@@ -84,9 +90,10 @@ def lease_acquired(lease: Body) -> datetime | None:
     return parse_time((lease.get("spec") or {}).get("acquireTime"))
 
 
-def incarnation(lease: Body | None) -> str | None:
-    """Identifies the MM process that holds the Lease (its acquireTime)."""
-    return str((lease.get("spec") or {}).get("acquireTime") or "") or None if lease else None
+def container_running(pod: Body) -> bool:
+    """Some container of the pod runs (a replacement pod on a node that stopped answering never does)."""
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    return any("running" in (cs.get("state") or {}) for cs in statuses)
 
 
 def lease_report(lease: Body | None) -> MMReport | None:
@@ -103,8 +110,14 @@ def observe_mm(
     leaving: bool,
     first_seen_lost: Mapping[str, datetime] | None = None,
     restarted: bool = False,
+    holds_replicas: bool = False,
+    replaced: bool = False,
+    had_lease: bool = False,
 ) -> MessageManager:
-    """One MM as the planner sees it. ``first_seen_lost`` remembers losses without a timestamp."""
+    """One MM as the planner sees it. ``first_seen_lost`` remembers losses without a timestamp;
+    ``lease`` must be the pod's own (``incarnations.own_lease``); ``holds_replicas``: a Partition
+    names the MM; ``replaced``: the Lease under its name belongs to an earlier pod; ``had_lease``:
+    the operator accounted for a Lease of this pod before."""
     reason: str | None = None
     since: datetime | None = None
     if pod is None:
@@ -121,6 +134,12 @@ def observe_mm(
     if reason is None and restarted:
         # A new MM process behind the same name: what the old one held in memory is gone.
         reason, since = "message manager restarted", lease_acquired(lease) if lease else None
+    started = pod is not None and container_running(pod)
+    if reason is None and holds_replicas and lease is None and (replaced or not started):
+        # Not the process the partitions were assigned to: that one went with the old pod.
+        reason = "pod replaced"
+    if reason is None and holds_replicas and lease is None and had_lease:
+        reason = "lease lost"
     seen = first_seen_lost.get(name) if first_seen_lost is not None else None
     # Timestamps in metadata have a 1 s resolution; our own sighting is sharper when it is close.
     if (
@@ -239,12 +258,17 @@ def cluster_state(
     first_seen_lost: Mapping[str, datetime] | None = None,
     restarted: frozenset[str] = frozenset(),
     cache: PartitionCache | None = None,
+    recorded: Mapping[str, str] | None = None,
 ) -> ClusterState:
+    """``recorded``: incarnations the operator wrote on Leases that the watch has not delivered."""
     cluster = BrokerCluster.model_validate(dict(snapshot.cluster))
     parsed = (cache or PartitionCache()).parse(snapshot.partitions)
     parsed = [p for p in parsed if p.spec.cluster == snapshot.name]
     pods = snapshot.pods_of(names.ROLE_MM)
-    leases = snapshot.leases_by_name()
+    all_leases = snapshot.leases_by_name()
+    leases = {n: lease for n, lease in all_leases.items() if incarnations.own_lease(pods.get(n), lease)}
+    named = incarnations.referenced(parsed)
+    restarted = restarted | incarnations.restarted(pods, leases, named, recorded)
     mms = tuple(
         observe_mm(
             mm,
@@ -254,6 +278,9 @@ def cluster_state(
             leaving=names.pod_ordinal(mm) >= desired_mms,
             first_seen_lost=first_seen_lost,
             restarted=mm in restarted,
+            holds_replicas=mm in named,
+            replaced=incarnations.stale_lease(pods.get(mm), all_leases.get(mm)),
+            had_lease=recorded is not None and mm in recorded,
         )
         for mm in mm_names(snapshot, parsed)
     )

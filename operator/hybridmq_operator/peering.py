@@ -1,19 +1,64 @@
 """Kopf peering for operator HA: the CRDs Kopf needs and the peering object HybridMQ uses.
 
-Run each operator replica with ``--peering hybridmq`` (and distinct ``--priority`` values): the
-highest-priority live operator works, the others pause until its peering record expires
-(``HYBRIDMQ_OPERATOR_PEERING_LIFETIME``, default 15 s). ``python -m hybridmq_operator.peering``
-prints the manifests (CRDs + a namespaced and a cluster-wide peering object) for the chart.
+Operators that share a peering object see each other's records (identity -> priority, lifetime,
+last seen): the highest-priority live operator works, lower ones pause until its record expires
+(``--peering-lifetime``, default 15 s), and operators of *equal* priority all pause as possible
+conflicts until the others' records expire. Two choices keep a restarted operator from pausing:
+
+* the identity is stable per pod (``POD_ID``, else ``POD_NAME``: the pod's name from the downward
+  API), so an operator whose container crashed and restarted finds its own record, not a rival;
+* the default priority is ``auto``: the operator's start time in milliseconds, so an operator in
+  a new pod outranks the dead one it replaces and works at once (an older live one pauses in its
+  favour instead of both pausing). An explicit integer still works for fixed roles.
+
+``python -m hybridmq_operator.peering`` prints the manifests (CRDs + a namespaced and a
+cluster-wide peering object) for the chart.
 """
 
 from __future__ import annotations
 
+import argparse
+import os
 import sys
+import time
+from collections.abc import Mapping
 from typing import Any
 
 import yaml
+from kopf._core.engines.peering import Identity
 
 PEERING_NAME = "hybridmq"
+AUTO = "auto"
+DEFAULT_LIFETIME_S = 15
+
+
+def parse_priority(value: str) -> int:
+    """``auto`` (the start time in ms: newer operators outrank older ones) or an integer."""
+    if value.strip().lower() == AUTO:
+        return time.time_ns() // 1_000_000
+    try:
+        return int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"priority must be an integer or {AUTO!r}, not {value!r}") from None
+
+
+def parse_lifetime(value: str) -> int:
+    try:
+        seconds = int(value)
+    except ValueError:
+        seconds = 0
+    if seconds < 1:
+        raise argparse.ArgumentTypeError(
+            f"peering lifetime must be a whole number of seconds >= 1, not {value!r}"
+        )
+    return seconds
+
+
+def identity(environ: Mapping[str, str] | None = None) -> Identity | None:
+    """The peering identity: the pod's name when known (stable across container restarts)."""
+    env = os.environ if environ is None else environ
+    value = env.get("POD_ID") or env.get("POD_NAME")
+    return Identity(value) if value else None
 
 
 def _crd(kind: str, plural: str, scope: str) -> dict[str, Any]:

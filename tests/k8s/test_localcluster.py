@@ -287,6 +287,68 @@ def test_non_zero_exit_is_restarted_with_backoff(local_cluster: LocalCluster, cl
     assert "CrashLoopBackOff" in get_out or "Error" in get_out or "Running" in get_out
 
 
+def test_volume_over_the_cluster_directory_keeps_the_default_working_directory(
+    local_cluster: LocalCluster, cluster_namespace: str
+) -> None:
+    """A volume mounted over the directory holding the cluster directory (the chart's operator
+    mounts an emptyDir at /tmp, and test clusters live under /tmp) hides the pod's default
+    working directory on the host; the container must still start in it."""
+    ns = cluster_namespace
+    hidden = str(local_cluster.directory.resolve().parent)
+    script = "import os; print('cwd', os.getcwd(), 'entries', len(os.listdir(os.environ['SCRATCH'])))"
+    worker = python_container(
+        "worker",
+        script,
+        env=[{"name": "SCRATCH", "value": hidden}],
+        volumeMounts=[{"name": "scratch", "mountPath": hidden}],
+    )
+    apply(
+        local_cluster,
+        ns,
+        pod_manifest("scratch", worker, restartPolicy="Never", volumes=[{"name": "scratch", "emptyDir": {}}]),
+    )
+
+    def finished() -> dict[str, Any] | None:
+        pod = get(local_cluster, ns, "pod", "scratch")
+        return pod if pod and pod["status"].get("phase") in ("Succeeded", "Failed") else None
+
+    pod = wait_for(finished, 60, "the pod to finish")
+    log = local_cluster.kubectl("logs", "scratch", "-n", ns).stdout
+    assert pod["status"]["phase"] == "Succeeded", log
+    # It ran in its own directory and saw the (empty) volume, not the host's directory.
+    assert f"cwd {local_cluster.directory.resolve()}/pods/" in log and "entries 0" in log, log
+
+
+def test_frozen_node_runs_no_pod_changes_until_thawed(
+    local_cluster: LocalCluster, cluster_namespace: str
+) -> None:
+    """freeze_node(): the agent stops dead (a node that stopped answering); its containers run on."""
+    ns = cluster_namespace
+    apply(
+        local_cluster,
+        ns,
+        pod_manifest("sleeper", python_container("sleeper", "import time; time.sleep(600)")),
+    )
+    wait_for(lambda: ready_pods(local_cluster, ns, test="sleeper"), 60, "sleeper Ready")
+    pid = local_cluster.container_pid(ns, "sleeper", "sleeper")
+    assert pid is not None
+    local_cluster.freeze_node()
+    try:
+        apply(
+            local_cluster, ns, pod_manifest("late", python_container("late", "import time; time.sleep(600)"))
+        )
+        local_cluster.kubectl("delete", "pod", "sleeper", "-n", ns, "--grace-period=0", "--force")
+        time.sleep(3)
+        # Nobody killed the deleted pod's process, nobody started the new pod.
+        assert psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        late = get(local_cluster, ns, "pod", "late")
+        assert not (late["status"].get("containerStatuses") or []), late["status"]
+    finally:
+        local_cluster.thaw_node()
+    wait_for(lambda: ready_pods(local_cluster, ns, test="late"), 60, "the new pod started after the thaw")
+    wait_for(lambda: gone(pid), 60, "the deleted pod's process stopped after the thaw")
+
+
 def test_unknown_image_and_failing_command_get_clear_status_while_others_run(
     local_cluster: LocalCluster, cluster_namespace: str
 ) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import filecmp
 import subprocess
+import time
 from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
@@ -237,6 +238,9 @@ def test_deployment_env_and_args(deployment: Manifest) -> None:
     assert container["command"] == ["hybridmq-operator"]
     assert "--all-namespaces" in container["args"]
     assert "--peering=rel-hybridmq" in container["args"]
+    # A stable peering identity and a priority that lets a new operator outrank a dead one.
+    assert env["POD_ID"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    assert {"--priority=auto", "--peering-lifetime=15"} <= set(container["args"])
     sa = deployment["spec"]["template"]["spec"]["serviceAccountName"]
     assert sa == "rel-hybridmq-operator"
 
@@ -260,6 +264,8 @@ def test_deployment_args_parse_with_the_operator_cli(sets: list[str]) -> None:
         assert args.standalone and args.peering is None and args.debug
     else:
         assert args.all_namespaces and args.peering == "rel-hybridmq" and not args.standalone
+        # "auto": the start time in milliseconds (later operators outrank earlier ones).
+        assert abs(args.priority - time.time() * 1000) < 60_000 and args.peering_lifetime == 15
 
 
 def test_deployment_namespaced_and_standalone() -> None:

@@ -191,7 +191,15 @@ class LeaseRenewer:
             # A new MM process (incarnation): the operator treats a changed acquireTime as a
             # restart, i.e. a loss of everything this MM held in memory (ISR membership, ...).
             spec["acquireTime"] = micro_time(self._started_at)
-        return {"metadata": {"labels": self._labels(), "annotations": annotations}, "spec": spec}
+        metadata: dict[str, Any] = {"labels": self._labels(), "annotations": annotations}
+        if self.pod_uid:
+            # A Lease left by an earlier pod of this name becomes ours (and the operator, which
+            # ignores a Lease its pod does not own, sees this process at once).
+            metadata["ownerReferences"] = [self._owner()]
+        return {"metadata": metadata, "spec": spec}
+
+    def _owner(self) -> dict[str, str]:
+        return {"apiVersion": "v1", "kind": "Pod", "name": self.name, "uid": str(self.pod_uid)}
 
     def _get_api(self) -> Any:
         if self._api is None:
@@ -206,12 +214,8 @@ class LeaseRenewer:
         except ApiException as exc:
             if exc.status != 404:
                 raise
+            # Owned by the pod (see _body): garbage-collected with it, so a scaled-away MM leaves no Lease.
             metadata: dict[str, Any] = {"name": self.name, "namespace": self.namespace, **body["metadata"]}
-            if self.pod_uid:
-                # Owned by the pod: garbage-collected with it, so a scaled-away MM leaves no Lease.
-                metadata["ownerReferences"] = [
-                    {"apiVersion": "v1", "kind": "Pod", "name": self.name, "uid": self.pod_uid}
-                ]
             created = {
                 "apiVersion": "coordination.k8s.io/v1",
                 "kind": "Lease",

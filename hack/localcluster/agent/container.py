@@ -189,7 +189,7 @@ class Container:
             "--",
             "/bin/sh",
             "-c",
-            mount_script(mounts, workdir),
+            mount_script(mounts, workdir, enter_first=not self.spec.get("workingDir")),
             "sh",
             exe,
             *argv[1:],

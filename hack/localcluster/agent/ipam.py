@@ -45,13 +45,17 @@ class IPAllocator:
 
 
 def pick_pod_cidr() -> str:
-    """A 127.x.0.0/16 (x in 1..254) where nothing listens right now, preferring 127.1.0.0/16."""
+    """A random 127.x.0.0/16 (x in 1..254) where nothing listens right now.
+
+    Random rather than a preferred one: clusters that start while another has no pod listening
+    yet would otherwise pick the same range, and their first pods the same address and ports.
+    """
     busy: set[int] = set()
     with contextlib.suppress(psutil.Error):
         for conn in psutil.net_connections(kind="inet4"):
             if conn.laddr and conn.laddr.ip.startswith("127."):
                 busy.add(int(conn.laddr.ip.split(".")[1]))
-    candidates = [1, *random.sample(range(2, 255), 253)]
+    candidates = random.sample(range(1, 255), 254)
     for octet in candidates:
         if octet not in busy:
             return f"127.{octet}.0.0/16"

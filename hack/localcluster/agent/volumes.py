@@ -242,9 +242,16 @@ def prepare_targets(mounts: list[Mount]) -> None:
 STAGING_ROOT = Path("/run/localcluster-staging")
 
 
-def mount_script(mounts: list[Mount], workdir: str) -> str:
-    """Shell commands that bind-mount everything, cd to `workdir` and exec the container's argv."""
+def mount_script(mounts: list[Mount], workdir: str, enter_first: bool = False) -> str:
+    """Shell commands that bind-mount everything, cd to `workdir` and exec the container's argv.
+
+    `enter_first`: enter `workdir` before mounting. The default working directory lives in the
+    pod's directory on the host, which a volume (an emptyDir at /tmp while the cluster directory
+    is under /tmp) may hide; a process keeps a directory it is already in, hidden or not.
+    """
     lines = ["set -e"]
+    if enter_first:
+        lines.append(f"cd {shlex.quote(workdir)}")
     if mounts:
         STAGING_ROOT.mkdir(parents=True, exist_ok=True)
         lines.append(f"stage=$(mktemp -d {shlex.quote(str(STAGING_ROOT))}/mounts.XXXXXX)")
@@ -265,6 +272,7 @@ def mount_script(mounts: list[Mount], workdir: str) -> str:
         lines.append(f'umount "$stage/{i}"')
     if mounts:
         lines.append('rm -rf "$stage"')
-    lines.append(f"cd {shlex.quote(workdir)}")
+    if not enter_first:
+        lines.append(f"cd {shlex.quote(workdir)}")
     lines.append('exec "$@"')
     return "\n".join(lines)

@@ -16,8 +16,13 @@ from hybridmq_operator import names
 
 Key = tuple[str, str]
 
-# One wake-up event per cluster: pod changes cut the daemon's sleep short.
+# One wake-up event per cluster: pod changes (deletions included) cut the daemon's sleep short.
 _wakeups: dict[Key, asyncio.Event] = {}
+
+_BROKER_PODS: dict[str, Any] = {
+    names.LABEL_MANAGED_BY: names.MANAGER,
+    names.LABEL_CLUSTER: kopf.PRESENT,
+}
 
 
 def wakeup(key: Key) -> asyncio.Event:
@@ -31,14 +36,21 @@ def _copy(body: Mapping[str, Any]) -> dict[str, Any]:
     return copy.deepcopy(dict(body))
 
 
-@kopf.index("pods", labels={names.LABEL_MANAGED_BY: names.MANAGER, names.LABEL_CLUSTER: kopf.PRESENT})
+@kopf.index("pods", labels=_BROKER_PODS)
 def broker_pods(
     *, namespace: str | None, labels: Mapping[str, str], body: kopf.Body, **_: Any
 ) -> dict[Key, Any]:
-    key = (namespace or "", labels[names.LABEL_CLUSTER])
-    if key in _wakeups:
-        _wakeups[key].set()
-    return {key: _copy(body)}
+    return {(namespace or "", labels[names.LABEL_CLUSTER]): _copy(body)}
+
+
+@kopf.on.event("pods", labels=_BROKER_PODS)
+async def broker_pod_changed(*, namespace: str | None, labels: Mapping[str, str], **_: Any) -> None:
+    """Wake the cluster's daemon on every pod event. Index functions never see a deletion (Kopf
+    drops the object from the index, which it updates before calling this), and a force-deleted
+    pod is gone, not merely marked for deletion."""
+    event = _wakeups.get((namespace or "", labels.get(names.LABEL_CLUSTER, "")))
+    if event is not None:
+        event.set()
 
 
 @kopf.index(

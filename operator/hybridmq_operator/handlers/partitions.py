@@ -12,13 +12,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, cast
 
 import kopf
 
-from hybridmq_operator import kube, metrics, names, observe
+from hybridmq_operator import incarnations, kube, metrics, names, observe
 from hybridmq_operator.apply import Outcome, apply_plan, writer_pool
 from hybridmq_operator.handlers import cluster_status, indexes
 from hybridmq_operator.planner import (
@@ -53,7 +53,10 @@ class Reconciler:
         self.deleted: dict[str, float] = {}
         self.first_seen_lost: dict[str, datetime] = {}
         self.last_status: dict[str, Any] | None = None
-        self.incarnations: dict[str, str] = {}
+        # Incarnations this operator recorded on Leases (the watch may not have delivered them yet),
+        # and on which Lease (uid): a re-created Lease needs the record again.
+        self.recorded: dict[str, str] = {}
+        self.recorded_on: dict[str, str] = {}
         self.cache = observe.PartitionCache()
         self.pool = writer_pool(f"{namespace}/{name}")
         self.fingerprint: Any = None
@@ -72,20 +75,6 @@ class Reconciler:
             return True
         self.fingerprint, self.planned_at = fingerprint, now
         return False
-
-    def restarted(self, leases: Iterable[Mapping[str, Any]]) -> frozenset[str]:
-        """MMs whose Lease names a new process since the previous round."""
-        out = set()
-        for lease in leases:
-            name = str(lease["metadata"]["name"])
-            current = observe.incarnation(lease)
-            if current is None:
-                continue
-            previous = self.incarnations.get(name)
-            if previous is not None and previous != current:
-                out.add(name)
-            self.incarnations[name] = current
-        return frozenset(out)
 
     def partitions(self, indexed: tuple[dict[str, Any], ...]) -> tuple[dict[str, Any], ...]:
         by_name = {str(b["metadata"]["name"]): b for b in indexed}
@@ -113,6 +102,24 @@ class Reconciler:
         for name in list(self.first_seen_lost):
             if name not in lost:
                 del self.first_seen_lost[name]
+
+
+def _record_incarnations(rec: Reconciler, snapshot: observe.Snapshot) -> None:
+    """Note on each MM Lease the process this round accounted for (see ``incarnations``)."""
+    pods, leases = snapshot.pods_of(names.ROLE_MM), snapshot.leases_by_name()
+    for name, inc in incarnations.unrecorded(pods, leases).items():
+        uid = str((leases[name].get("metadata") or {}).get("uid") or "")
+        if rec.recorded.get(name) == inc and rec.recorded_on.get(name) == uid:
+            continue
+        patch = {"metadata": {"annotations": {incarnations.ANNOTATION: inc}}}
+        try:
+            kube.merge_patch("coordination.k8s.io/v1", "Lease", rec.namespace, name, patch)
+        except kube.KubeError as exc:
+            if not exc.not_found:
+                raise
+        rec.recorded[name], rec.recorded_on[name] = inc, uid
+    for name in set(rec.recorded) - set(pods):
+        del rec.recorded[name], rec.recorded_on[name]
 
 
 def _cluster_ref(body: Mapping[str, Any]) -> dict[str, Any]:
@@ -187,12 +194,7 @@ async def reconcile_round(
     )
     now = datetime.now(UTC)
     state = observe.cluster_state(
-        snapshot,
-        now,
-        settings.mm_replicas,
-        rec.first_seen_lost,
-        rec.restarted(snapshot.leases),
-        rec.cache,
+        snapshot, now, settings.mm_replicas, rec.first_seen_lost, cache=rec.cache, recorded=rec.recorded
     )
     rec.track_losses(state, now)
     t_observed = time.monotonic()
@@ -200,6 +202,7 @@ async def reconcile_round(
         result = Plan()
     else:
         result = plan(state)
+    applied = True
     if result.changes:
         t_planned = time.monotonic()
         current = {str(b["metadata"]["name"]): b for b in snapshot.partitions}
@@ -225,6 +228,12 @@ async def reconcile_round(
             metrics.ERRORS.labels(rec.name).inc(outcome.errors)
         if any(isinstance(c, ReleaseFinalizer) for c in result.changes):
             logger.info("released %d drained partitions", len(result.releases()))
+        if outcome.conflicts or outcome.errors:
+            rec.fingerprint = None  # re-plan next round, even if nothing else changed
+            applied = False
+    if applied:
+        # The failovers of restarted MMs are applied: their new processes are accounted for.
+        await asyncio.to_thread(_record_incarnations, rec, snapshot)
     leaving = _leaving_pods(snapshot, settings.mm_replicas)
     if leaving:
         await asyncio.to_thread(_finish_scale_down, settings, leaving, result, logger)

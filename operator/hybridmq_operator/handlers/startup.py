@@ -7,11 +7,11 @@ from typing import Any
 
 import kopf
 
-from hybridmq_operator import names
+from hybridmq_operator import names, peering
 
 
 @kopf.on.startup()
-def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     # Kopf's own bookkeeping goes to annotations of our group, never into our status schemas.
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=names.GROUP)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
@@ -20,7 +20,7 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.persistence.finalizer = names.OPERATOR_FINALIZER
     settings.posting.reporting_component = names.MANAGER
     settings.posting.reporting_instance = os.environ.get("HOSTNAME", "local")
-    settings.peering.lifetime = int(os.environ.get("HYBRIDMQ_OPERATOR_PEERING_LIFETIME", "15"))
+    settings.peering.lifetime = int(memo.get("peering_lifetime") or peering.DEFAULT_LIFETIME_S)
     settings.peering.stealth = True
     settings.watching.server_timeout = 120
     settings.watching.client_timeout = 150
