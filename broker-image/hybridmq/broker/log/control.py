@@ -1,8 +1,8 @@
 """Control records: broker state that lives in the partition log next to the data.
 
-Consumer cursors and acknowledgements, producer sequence state and markers are appended as
-*control batches* (``append(..., control=True)``) so that they replicate with the data and a new
-primary finds them after a failover. The log does not interpret them; higher layers (the MM's
+Consumer cursors and acknowledgements, named reader cursors, producer sequence state and markers are
+appended as *control batches* (``append(..., control=True)``) so that they replicate with the data
+and a new primary finds them after a failover. The log does not interpret them; higher layers (the MM's
 destinations) do, with these types.
 
 A control batch's payload is a msgpack array of records, each ``[type code, field, ...]``; its
@@ -107,6 +107,16 @@ class SubscriptionState(ControlRecord):
 
 
 @dataclass(frozen=True, slots=True)
+class ReaderCursor(ControlRecord):
+    """A named reader's committed position (a stream reader, like a Kafka consumer group's
+    committed offset): it has processed every record below ``offset``."""
+
+    TYPE: ClassVar[int] = 7
+    reader: str
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
 class UnknownControl(ControlRecord):
     """A record of a type this version does not know; kept so it can be skipped or forwarded."""
 
@@ -119,7 +129,15 @@ class UnknownControl(ControlRecord):
 
 CONTROL_TYPES: dict[int, type[ControlRecord]] = {
     cls.TYPE: cls
-    for cls in (CursorCommit, AckRanges, Redelivery, ProducerSequence, Marker, SubscriptionState)
+    for cls in (
+        CursorCommit,
+        AckRanges,
+        Redelivery,
+        ProducerSequence,
+        Marker,
+        SubscriptionState,
+        ReaderCursor,
+    )
 }
 
 

@@ -34,13 +34,20 @@ from hybridmq.broker.destinations.batch_payload import StoredBatch
 from hybridmq.broker.destinations.delivery import ConsumerLink, DeliveryState, pop_redelivery
 from hybridmq.broker.destinations.matching import make_matcher
 from hybridmq.broker.flow import BacklogGate
-from hybridmq.broker.log.control import AckRanges, ControlRecord, CursorCommit, decode_control
+from hybridmq.broker.log.control import (
+    AckRanges,
+    ControlRecord,
+    CursorCommit,
+    ReaderCursor,
+    decode_control,
+)
 from hybridmq.broker.log.errors import (
     LogError,
     OutOfOrderSequenceError,
     ProducerFencedError,
     StaleEpochError,
 )
+from hybridmq.broker.mm.attached import AttachedProducers
 from hybridmq.broker.mm.storage import PartitionStorage
 
 log = logging.getLogger(__name__)
@@ -76,6 +83,11 @@ class PartitionHost:
         # and before the records become visible to consumers (the high watermark).
         self.commit_waiter: Callable[[int], Awaitable[None]] | None = None
         self.retention_interval = 5.0
+        self.producers = AttachedProducers()
+        # Named reader cursors (stream readers' committed offsets) and the end of the last data
+        # batch (control records after it are nothing a reader needs).
+        self.readers: dict[str, int] = {}
+        self.data_end = 0
 
     # -- lifecycle -------------------------------------------------------------------------------
     def recover(self) -> None:
@@ -88,7 +100,11 @@ class PartitionHost:
                         snaps.setdefault(rec.subscription, [0, ()])[0] = rec.offset
                     elif isinstance(rec, AckRanges):
                         snaps.setdefault(rec.subscription, [0, ()])[1] = rec.ranges
-            elif batch.dest.startswith("queue:") and ("q:" + batch.dest) not in self.states:
+                    elif isinstance(rec, ReaderCursor):
+                        self.readers[rec.reader] = rec.offset
+                continue
+            self.data_end = batch.base + batch.count
+            if batch.dest.startswith("queue:") and ("q:" + batch.dest) not in self.states:
                 self._queue_state(batch.dest, batch.base)
         for key, (lw, ranges) in snaps.items():
             state = self.states.get(key)
@@ -134,9 +150,14 @@ class PartitionHost:
         """Append a batch the broker itself produces (_DMQ moves, _LOG events); the produce worker
         flushes it (and lets replication commit it) before consumers can see it."""
         self.storage.append(dest, count, blob, self.epoch, flags, 0, extra)
+        self.data_end = self.storage.end_offset
         if dest.startswith("queue:") and ("q:" + dest) not in self.states:
             self._queue_state(dest, self.storage.end_offset - count)
         self._produce_ready.set()
+
+    def reader_lag(self) -> int:
+        """Data records the furthest-behind named reader has not committed (0 without readers)."""
+        return max((max(0, self.data_end - offset) for offset in self.readers.values()), default=0)
 
     def backlog(self) -> int:
         if not self.states:
@@ -220,9 +241,12 @@ class PartitionHost:
             return error_frame(ErrorCode.PRODUCER_FENCED, str(exc), corr)
         except LogError as exc:
             return error_frame(ErrorCode.INTERNAL, f"log error: {exc}", corr)
+        if pid is not None:
+            self.producers.seen([int(pid)])
         if dup:
             return {"t": FrameType.PRODUCE_ACK, "r": corr, "p": self.name, "o": base, "l": last, "dup": True}
         self.appended_records += count
+        self.data_end = last + 1
         if dest.startswith("queue:") and ("q:" + dest) not in self.states:
             self._queue_state(dest, base)
         return {"t": FrameType.PRODUCE_ACK, "r": corr, "p": self.name, "o": base, "l": last}

@@ -19,7 +19,7 @@ from hybridmq.broker.assignment_source import AssignmentSource
 from hybridmq.broker.destinations.delivery import ConsumerLink
 from hybridmq.broker.log.config import LogConfig
 from hybridmq.broker.log_events import LogEventBuffer
-from hybridmq.broker.mm import fetch_handler
+from hybridmq.broker.mm import fetch_handler, reader_commit
 from hybridmq.broker.mm.partition import PartitionHost
 from hybridmq.broker.mm.storage import PartitionStorage
 from hybridmq.broker.protocol import Connection, ProtocolError, read_frame
@@ -50,6 +50,7 @@ class MessageManager:
         self.config = config
         self.source = source
         self.hosts: dict[str, PartitionHost] = {}
+        self._requests: set[asyncio.Task[None]] = set()  # requests answered in the background
         self.links: dict[tuple[int, str], ConsumerLink] = {}
         self.conns: set[Connection] = set()
         self._wake = asyncio.Event()
@@ -240,6 +241,11 @@ class MessageManager:
                 conn.reply(frame, {"t": FrameType.PONG})
             elif t in (FrameType.FETCH, FrameType.FETCH_META):  # issue 7: read by offset
                 fetch_handler.handle(self, conn, frame)
+            elif t == FrameType.READER_COMMIT:
+                # Waits for replication: answered from a task so the link keeps reading produces.
+                task = asyncio.create_task(reader_commit.handle(self, conn, frame))
+                self._requests.add(task)
+                task.add_done_callback(self._requests.discard)
             elif t == FrameType.ADMIN:
                 conn.reply(frame, {"t": FrameType.ADMIN_PART, "i": 0, "of": 1, "data": self.stats()})
             else:
