@@ -103,7 +103,7 @@ class PartitionHost:
                     elif isinstance(rec, ReaderCursor):
                         self.readers[rec.reader] = rec.offset
                 continue
-            self.data_end = batch.base + batch.count
+            self.data_end = batch.next_offset
             if batch.dest.startswith("queue:") and ("q:" + batch.dest) not in self.states:
                 self._queue_state(batch.dest, batch.base)
         for key, (lw, ranges) in snaps.items():
