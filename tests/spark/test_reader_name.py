@@ -40,7 +40,7 @@ def _data_end(bootstrap: str, partition: str) -> int:
         fetcher = await Fetcher.connect(bootstrap)
         try:
             meta = (await fetcher.partitions([partition]))[0]
-            offset, end = 0, 0
+            offset, end = meta.start_offset, 0
             while offset < meta.end_offset:
                 result = await fetcher.fetch(partition, offset, max_offset=meta.end_offset)
                 end = max([end, *(b.next_offset for b in result.batches if not b.control)])

@@ -29,7 +29,14 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from hybridmq.api.frames import DMQ_DESTINATION, BatchFlag, ErrorCode, FrameType, error_frame
+from hybridmq.api.frames import (
+    DMQ_DESTINATION,
+    BatchFlag,
+    ErrorCode,
+    FrameType,
+    error_frame,
+    is_reserved,
+)
 from hybridmq.broker.destinations.batch_payload import StoredBatch
 from hybridmq.broker.destinations.delivery import ConsumerLink, DeliveryState, pop_redelivery
 from hybridmq.broker.destinations.matching import make_matcher
@@ -84,8 +91,9 @@ class PartitionHost:
         self.commit_waiter: Callable[[int], Awaitable[None]] | None = None
         self.retention_interval = 5.0
         self.producers = AttachedProducers()
-        # Named reader cursors (stream readers' committed offsets) and the end of the last data
-        # batch (control records after it are nothing a reader needs).
+        # Named reader cursors (stream readers' committed offsets) and the end of the last
+        # application data batch (control records and internal ``_`` destinations after it, e.g.
+        # the MM's own ``topic:_LOG`` events, are nothing a reader must be held for).
         self.readers: dict[str, int] = {}
         self.data_end = 0
 
@@ -103,7 +111,8 @@ class PartitionHost:
                     elif isinstance(rec, ReaderCursor):
                         self.readers[rec.reader] = rec.offset
                 continue
-            self.data_end = batch.next_offset
+            if not is_reserved(batch.dest):
+                self.data_end = batch.next_offset
             if batch.dest.startswith("queue:") and ("q:" + batch.dest) not in self.states:
                 self._queue_state(batch.dest, batch.base)
         for key, (lw, ranges) in snaps.items():
@@ -150,7 +159,6 @@ class PartitionHost:
         """Append a batch the broker itself produces (_DMQ moves, _LOG events); the produce worker
         flushes it (and lets replication commit it) before consumers can see it."""
         self.storage.append(dest, count, blob, self.epoch, flags, 0, extra)
-        self.data_end = self.storage.end_offset
         if dest.startswith("queue:") and ("q:" + dest) not in self.states:
             self._queue_state(dest, self.storage.end_offset - count)
         self._produce_ready.set()
@@ -246,7 +254,8 @@ class PartitionHost:
         if dup:
             return {"t": FrameType.PRODUCE_ACK, "r": corr, "p": self.name, "o": base, "l": last, "dup": True}
         self.appended_records += count
-        self.data_end = last + 1
+        if not is_reserved(dest):
+            self.data_end = last + 1
         if dest.startswith("queue:") and ("q:" + dest) not in self.states:
             self._queue_state(dest, base)
         return {"t": FrameType.PRODUCE_ACK, "r": corr, "p": self.name, "o": base, "l": last}
