@@ -2,7 +2,6 @@
 reader cursor, which the partition's primary reports (``readerLag``: data records the reader has
 not committed) and on-demand GC respects."""
 
-import asyncio
 import json
 import time
 from pathlib import Path
@@ -10,7 +9,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from hybridmq.client import BlockingProducer, Fetcher
+from hybridmq.client import BlockingProducer
 from hybridmq.local.replicated import ReplicatedLocalCluster
 
 pytestmark = pytest.mark.spark
@@ -33,23 +32,10 @@ def _wait_lag(cluster: ReplicatedLocalCluster, partition: str, want: set[int]) -
     return lag
 
 
-def _data_end(bootstrap: str, partition: str) -> int:
-    """Offset after the partition's last data record, read with the fetch API."""
-
-    async def read() -> int:
-        fetcher = await Fetcher.connect(bootstrap)
-        try:
-            meta = (await fetcher.partitions([partition]))[0]
-            offset, end = meta.start_offset, 0
-            while offset < meta.end_offset:
-                result = await fetcher.fetch(partition, offset, max_offset=meta.end_offset)
-                end = max([end, *(b.next_offset for b in result.batches if not b.control)])
-                offset = result.next_offset
-            return end
-        finally:
-            await fetcher.close()
-
-    return asyncio.run(read())
+def _data_end(spark: SparkSession, bootstrap: str, partition: str) -> int:
+    """Offset after the partition's last data record, from a batch read of the data source."""
+    df = spark.read.format("hybridmq").option("bootstrap", bootstrap).option("partitions", partition).load()
+    return int(df.agg({"offset": "max"}).collect()[0][0]) + 1
 
 
 def _batch_ends(checkpoint: Path, partition: str) -> list[int]:
@@ -95,7 +81,7 @@ def test_reader_name_commits_what_each_micro_batch_processed(spark: SparkSession
             def committed_lags(checkpoint: Path) -> set[int]:
                 # Spark commits a micro-batch's offsets to the source when it starts the next one,
                 # so the cursor is at the end of the last or of the second-to-last batch.
-                end, ends = _data_end(cluster.bootstrap, partition), _batch_ends(checkpoint, partition)
+                end, ends = _data_end(spark, cluster.bootstrap, partition), _batch_ends(checkpoint, partition)
                 assert len(ends) >= 2, ends
                 return {end - ends[-1], end - ends[-2]}
 
