@@ -15,62 +15,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from collections import defaultdict
 from pathlib import Path
 
 import pytest
-from failover_workload import ConsumerLoad, ProducerLoad, stop_all, until, wait_consumed
+from failover_workload import ConsumerLoad, ProducerLoad, StreamReader, stop_all, until, wait_consumed
 
 from hybridmq.api.assignment import PartitionState
-from hybridmq.api.frames import ErrorCode
-from hybridmq.client import ClientError, Consumer, Fetcher, Producer
+from hybridmq.client import Consumer, Fetcher, Producer
 from hybridmq.local.replicated import ReplicatedLocalCluster
 
 DEST = "queue:gc"
-
-
-class StreamReader:
-    """Reads every partition from where it stopped: the positions are its checkpoint."""
-
-    def __init__(self) -> None:
-        self.positions: dict[str, int] = {}
-        self.seen: dict[str, list[tuple[str, int]]] = defaultdict(list)  # value -> positions
-
-    async def catch_up(self, fetcher: Fetcher) -> None:
-        for meta in await fetcher.partitions():
-            offset = self.positions.get(meta.name, meta.start_offset)
-            while offset < meta.end_offset:
-                try:
-                    result = await fetcher.fetch(meta.name, offset, max_offset=meta.end_offset)
-                except ClientError as exc:
-                    if exc.code == ErrorCode.UNKNOWN_PARTITION:
-                        break  # collected meanwhile: what was not read is gone
-                    raise
-                for b in result.batches:
-                    if b.control or b.destination != DEST:
-                        continue
-                    for i, record in enumerate(b.records):
-                        if b.base_offset + i >= offset:
-                            self.seen[bytes(record[0]).decode()].append((meta.name, b.base_offset + i))
-                offset = result.next_offset
-            self.positions[meta.name] = offset
-
-    async def commit(self, fetcher: Fetcher, reader: str) -> None:
-        for name, offset in sorted(self.positions.items()):
-            try:
-                await fetcher.commit_reader(reader, name, offset)
-            except ClientError as exc:
-                if exc.code != ErrorCode.UNKNOWN_PARTITION:
-                    raise
-
-    def check(self, loads: list[ProducerLoad]) -> None:
-        acked = [f"{ld.name}:{s}" for ld in loads for s in ld.acked]
-        missing = [v for v in acked if v not in self.seen]
-        assert not missing, (
-            f"{len(missing)} of {len(acked)} acknowledged messages never read, e.g. {missing[:5]}"
-        )
-        twice = {v: p for v, p in self.seen.items() if len(p) > 1}
-        assert not twice, f"{len(twice)} messages stored twice, e.g. {list(twice.items())[:3]}"
 
 
 async def _kill_under_load(
@@ -128,7 +82,7 @@ async def test_paused_reader_finds_every_acked_message_after_the_move(
     )
     with cluster:
         fetcher = await Fetcher.connect(cluster.bootstrap, retry_s=30)
-        reader = StreamReader()
+        reader = StreamReader(DEST)
         victim, loads, stop, tasks = await _kill_under_load(cluster, reader, fetcher, None)
         await asyncio.sleep(3.0)  # the stream query is restarted a few seconds later
         await reader.catch_up(fetcher)
@@ -147,7 +101,7 @@ async def test_named_reader_cursor_holds_a_drained_partition_until_read(tmp_path
     )
     with cluster:
         fetcher = await Fetcher.connect(cluster.bootstrap, retry_s=30)
-        reader = StreamReader()
+        reader = StreamReader(DEST)
         victim, loads, stop, tasks = await _kill_under_load(cluster, reader, fetcher, "audit-job")
         # Drained for the application (backlog 0, producers gone), but the named reader is behind.
         await until(
