@@ -152,7 +152,8 @@ async def _paused_reader_scenario(
     tasks = [asyncio.create_task(consumer.run(stop_consuming))]
     producing = [asyncio.create_task(ld.run(DEST, stop_producing)) for ld in loads]
     try:
-        await asyncio.sleep(2.0)
+        # The MMs report the producers attached to each partition: `kubectl get hpart -o wide`.
+        await until(lambda: _printed_producers(local_cluster, kube, old) == len(movers), 20, "PRODUCERS")
         await reader.catch_up(fetcher)  # the stream's last micro-batch before it is stopped
         await asyncio.sleep(0.5)
         victim = _status(kube, old)["primary"]
@@ -180,6 +181,17 @@ async def _paused_reader_scenario(
         await _close(
             stops, [*(ld.producer for ld in loads), consumer.consumer, fetcher], [*producing, *tasks]
         )
+
+
+def _printed_producers(local_cluster: LocalCluster, kube: Kube, name: str) -> int | None:
+    """The PRODUCERS column of ``kubectl get hpart -o wide`` for partition ``name``."""
+    out = local_cluster.kubectl("get", "hpart", "-n", kube.namespace, "-o", "wide").stdout.splitlines()
+    header = out[0].split()
+    for line in out[1:]:
+        cells = line.split()
+        if cells and cells[0] == name and len(cells) == len(header):
+            return int(cells[header.index("PRODUCERS")])
+    return None
 
 
 async def _close(
