@@ -1,4 +1,5 @@
-"""Named reader cursors (READER_COMMIT): replicated with the data, refused when malformed."""
+"""Named reader cursors (READER_COMMIT): replicated with the data, refused when malformed, and
+holding log retention until the reader has read."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from failover_workload import until
 from hybridmq.api.frames import ErrorCode
 from hybridmq.client import ClientError, Fetcher, Producer
 from hybridmq.local.replicated import ReplicatedLocalCluster
+from hybridmq.local.runner import LocalCluster
 
 
 def _reported(cluster: ReplicatedLocalCluster, partition: str) -> dict[str, int]:
@@ -81,3 +83,37 @@ async def test_reader_cursor_survives_a_failover_and_bad_commits_are_refused(tmp
             await until(lambda: _reported(cluster, partition).get("readerLag") == 0, 10, "the lag gone")
         finally:
             await asyncio.gather(producer.close(), fetcher.close(), return_exceptions=True)
+
+
+async def test_log_retention_keeps_what_a_named_reader_has_not_read(retention_cluster: LocalCluster) -> None:
+    cluster = retention_cluster
+    partition = "fixed-0-0"
+    fetcher = await Fetcher.connect(cluster.bootstrap, retry_s=30)
+    try:
+        await fetcher.commit_reader("slow-job", partition, 0)  # registered before any data
+        # A topic nobody subscribes to: only the named reader holds its segments.
+        async with await Producer.connect(cluster.bootstrap, partition_type="fixed") as p:
+            for i in range(2000):
+                p.try_send("topic:ret", i.to_bytes(4, "big") + b"r" * 500)
+                if i % 100 == 0:
+                    await p.flush()
+        await asyncio.sleep(3.0)  # ten retention rounds
+        meta = (await fetcher.partitions([partition]))[0]
+        assert meta.start_offset == 0, f"segments deleted under the reader: log starts at {meta.start_offset}"
+        values, offset = [], 0
+        while offset < meta.end_offset:
+            result = await fetcher.fetch(partition, offset, max_offset=meta.end_offset)
+            for b in result.batches:
+                if not b.control:
+                    values += [int.from_bytes(bytes(r[0])[:4], "big") for r in b.records]
+            offset = result.next_offset
+        assert values == list(range(2000))
+        # Read: the reader commits the end, and retention deletes the segments again.
+        await fetcher.commit_reader("slow-job", partition, meta.end_offset)
+        for _ in range(50):
+            await asyncio.sleep(0.2)
+            if (await fetcher.partitions([partition]))[0].start_offset > 0:
+                break
+        assert (await fetcher.partitions([partition]))[0].start_offset > 0, "retention never resumed"
+    finally:
+        await fetcher.close()

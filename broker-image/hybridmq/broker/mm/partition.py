@@ -405,12 +405,16 @@ class PartitionHost:
             self.storage.append_control(records, self.epoch)
 
     async def _retention(self) -> None:
-        """Delete whole segments below every cursor (after re-writing all cursors above them)."""
+        """Delete whole segments below every cursor (after re-writing all cursors above them).
+
+        Named reader cursors hold it too; their latest records sit at or above their offsets (a
+        commit is appended at the log end), so they survive without a re-write."""
         while True:
             await asyncio.sleep(self.retention_interval)
             if not self.primary:
                 continue
-            safe = min([s.lw() for s in self.states.values()] + [self.storage.visible_end])
+            held = [s.lw() for s in self.states.values()] + list(self.readers.values())
+            safe = min([*held, self.storage.visible_end])
             if safe <= self.storage.start_offset:
                 continue
             try:
