@@ -212,6 +212,7 @@ def replica_report(partition: Partition, reports: Mapping[str, MMReport]) -> Rep
         committed_offset=own.committed_offset,
         backlog=own.backlog,
         producers=own.producers,
+        reader_lag=own.reader_lag,
     )
 
 

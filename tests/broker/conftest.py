@@ -42,5 +42,20 @@ def secure_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCl
         yield c
 
 
+@pytest.fixture
+def retention_cluster(tmp_path: Path) -> Iterator[LocalCluster]:
+    """1 CM + 1 MM with one fixed partition (``fixed-0-0``), 64 KiB segments and log retention
+    every 0.3 s, for one test."""
+    c = LocalCluster(
+        tmp_path,
+        mms=1,
+        fixed_per_mm=1,
+        on_demand_per_mm=0,
+        mm_args=["--segment-bytes", "65536", "--retention-interval", "0.3"],
+    )
+    with c:
+        yield c
+
+
 def read_log(path: Path) -> str:
     return path.read_text(errors="replace") if path.exists() else ""

@@ -17,7 +17,8 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from hybridmq.client import ClientError, Consumer, Message, Producer
+from hybridmq.api.frames import ErrorCode
+from hybridmq.client import ClientError, Consumer, Fetcher, Message, Producer
 
 
 @dataclass
@@ -160,3 +161,49 @@ async def stop_all(stop: asyncio.Event, tasks: list[asyncio.Task[None]]) -> None
     for t in tasks:
         with contextlib.suppress(Exception):
             await asyncio.wait_for(t, 45)
+
+
+class StreamReader:
+    """A checker of its own for on-demand GC: reads every partition by offset (fetch API) from
+    where it stopped, like a stream query whose positions are its checkpoint."""
+
+    def __init__(self, dest: str) -> None:
+        self.dest = dest
+        self.positions: dict[str, int] = {}
+        self.seen: dict[str, list[tuple[str, int]]] = defaultdict(list)  # value -> positions
+
+    async def catch_up(self, fetcher: Fetcher) -> None:
+        for meta in await fetcher.partitions():
+            offset = self.positions.get(meta.name, meta.start_offset)
+            while offset < meta.end_offset:
+                try:
+                    result = await fetcher.fetch(meta.name, offset, max_offset=meta.end_offset)
+                except ClientError as exc:
+                    if exc.code == ErrorCode.UNKNOWN_PARTITION:
+                        break  # collected meanwhile: what was not read is gone
+                    raise
+                for b in result.batches:
+                    if b.control or b.destination != self.dest:
+                        continue
+                    for i, record in enumerate(b.records):
+                        if b.base_offset + i >= offset:
+                            self.seen[bytes(record[0]).decode()].append((meta.name, b.base_offset + i))
+                offset = result.next_offset
+            self.positions[meta.name] = offset
+
+    async def commit(self, fetcher: Fetcher, reader: str) -> None:
+        for name, offset in sorted(self.positions.items()):
+            try:
+                await fetcher.commit_reader(reader, name, offset)
+            except ClientError as exc:
+                if exc.code != ErrorCode.UNKNOWN_PARTITION:
+                    raise
+
+    def check(self, loads: list[ProducerLoad]) -> None:
+        acked = [f"{ld.name}:{s}" for ld in loads for s in ld.acked]
+        missing = [v for v in acked if v not in self.seen]
+        assert not missing, (
+            f"{len(missing)} of {len(acked)} acknowledged messages never read, e.g. {missing[:5]}"
+        )
+        twice = {v: p for v, p in self.seen.items() if len(p) > 1}
+        assert not twice, f"{len(twice)} messages stored twice, e.g. {list(twice.items())[:3]}"

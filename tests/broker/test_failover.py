@@ -39,7 +39,13 @@ async def _on_demand_producer_on(
 @pytest.mark.parametrize("replicas", [2, 3])
 async def test_kill9_primary_loses_nothing(tmp_path: Path, replicas: int) -> None:
     cluster = ReplicatedLocalCluster(
-        tmp_path, mms=3, replicas=replicas, fixed=2, on_demand_per_mm=1, log_level="INFO"
+        tmp_path,
+        mms=3,
+        replicas=replicas,
+        fixed=2,
+        on_demand_per_mm=1,
+        retention_after_drain=1,
+        log_level="INFO",
     )
     with cluster:
         fixed = cluster.table()["local-fixed-0"]

@@ -15,42 +15,37 @@ from hybridmq.client import Consumer, Message, Producer
 from hybridmq.local.runner import LocalCluster
 
 
-async def test_consumed_segments_are_deleted_and_cursors_survive(tmp_path: Path) -> None:
-    cluster = LocalCluster(
-        tmp_path,
-        mms=1,
-        fixed_per_mm=1,
-        on_demand_per_mm=0,
-        mm_args=["--segment-bytes", "65536", "--retention-interval", "0.3"],
-    )
-    with cluster:
-        pdir = tmp_path / "mm-0" / "fixed-0-0"
-        async with await Producer.connect(cluster.bootstrap, partition_type="fixed") as p:
-            for i in range(2000):
-                p.try_send("queue:ret", i.to_bytes(4, "big") + b"r" * 500)
-                if i % 100 == 0:
-                    await p.flush()
-        assert len(list(pdir.glob("*.log"))) > 10
-        c = await Consumer.connect(cluster.bootstrap, "queue:ret")
+async def test_consumed_segments_are_deleted_and_cursors_survive(
+    tmp_path: Path, retention_cluster: LocalCluster
+) -> None:
+    cluster = retention_cluster
+    pdir = tmp_path / "mm-0" / "fixed-0-0"
+    async with await Producer.connect(cluster.bootstrap, partition_type="fixed") as p:
         for i in range(2000):
-            m = await c.receive(timeout=10)
-            assert isinstance(m, Message) and m.value[:4] == i.to_bytes(4, "big")
-        await c.close()
-        for _ in range(50):
-            await asyncio.sleep(0.2)
-            if len(list(pdir.glob("*.log"))) <= 2:
-                break
-        assert len(list(pdir.glob("*.log"))) <= 2, sorted(pdir.glob("*.log"))
+            p.try_send("queue:ret", i.to_bytes(4, "big") + b"r" * 500)
+            if i % 100 == 0:
+                await p.flush()
+    assert len(list(pdir.glob("*.log"))) > 10
+    c = await Consumer.connect(cluster.bootstrap, "queue:ret")
+    for i in range(2000):
+        m = await c.receive(timeout=10)
+        assert isinstance(m, Message) and m.value[:4] == i.to_bytes(4, "big")
+    await c.close()
+    for _ in range(50):
+        await asyncio.sleep(0.2)
+        if len(list(pdir.glob("*.log"))) <= 2:
+            break
+    assert len(list(pdir.glob("*.log"))) <= 2, sorted(pdir.glob("*.log"))
 
-        cluster.kill_mm("mm-0", signal.SIGKILL)
-        cluster.start_mm("mm-0")
-        cluster.wait_linked()
-        async with await Producer.connect(cluster.bootstrap, partition_type="fixed") as p:
-            await p.send("queue:ret", b"after-restart")
-        c = await Consumer.connect(cluster.bootstrap, "queue:ret")
-        m = await c.receive(timeout=10)  # nothing consumed comes back; the new message does
-        assert isinstance(m, Message) and m.value == b"after-restart"
-        await c.close()
+    cluster.kill_mm("mm-0", signal.SIGKILL)
+    cluster.start_mm("mm-0")
+    cluster.wait_linked()
+    async with await Producer.connect(cluster.bootstrap, partition_type="fixed") as p:
+        await p.send("queue:ret", b"after-restart")
+    c = await Consumer.connect(cluster.bootstrap, "queue:ret")
+    m = await c.receive(timeout=10)  # nothing consumed comes back; the new message does
+    assert isinstance(m, Message) and m.value == b"after-restart"
+    await c.close()
 
 
 async def test_mm_refuses_a_stale_epoch(tmp_path: Path) -> None:

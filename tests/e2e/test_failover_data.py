@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import importlib.util
 import itertools
+import logging
 import subprocess
 import sys
 import traceback
@@ -28,10 +29,10 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "k8s"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "broker"))
 
-from failover_workload import ConsumerLoad, ProducerLoad, check, stop_all, until, wait_consumed
+from failover_workload import ConsumerLoad, ProducerLoad, StreamReader, check, stop_all, until, wait_consumed
 from operator_harness import Kube, OperatorProcess, apply_crds, sample_cluster, teardown, wait_for
 
-from hybridmq.client import Consumer, Producer
+from hybridmq.client import Consumer, Fetcher, Producer
 from localcluster import LocalCluster
 
 pytestmark = pytest.mark.cluster
@@ -87,11 +88,10 @@ def _dump(local_cluster: LocalCluster, kube: Kube, op: OperatorProcess) -> str:
     return "\n".join(out)
 
 
-def test_primary_pod_deleted_under_load_loses_nothing(
-    local_cluster: LocalCluster, real: tuple[Kube, OperatorProcess], tmp_path: Path
-) -> None:
-    kube, op = real
-    kube.create(sample_cluster(CLUSTER, kube.namespace, mms=3, cms=1, fixed=2))
+def _bring_up(local_cluster: LocalCluster, kube: Kube, op: OperatorProcess, fixed: int, **spec: Any) -> str:
+    """A BrokerCluster of 3 real MMs and 1 CM, every partition placed with 2 in-sync replicas;
+    returns the CM's address."""
+    kube.create(sample_cluster(CLUSTER, kube.namespace, mms=3, cms=1, fixed=fixed, **spec))
     try:
         wait_for(lambda: len(kube.ready_pods("mm")) == 3 or None, 180, "3 real MMs Ready")
         wait_for(lambda: len(kube.ready_pods("cm")) == 1 or None, 180, "1 real CM Ready")
@@ -99,7 +99,7 @@ def test_primary_pod_deleted_under_load_loses_nothing(
         # replicas in sync, and there is one on-demand partition per MM.
         wait_for(
             lambda: (
-                len(kube.by_type("fixed")) == 2
+                len(kube.by_type("fixed")) == fixed
                 and all(len((p.get("status") or {}).get("inSync") or []) == 2 for p in kube.by_type("fixed"))
                 and len(kube.by_type("on-demand")) == 3
                 and all((p.get("status") or {}).get("primary") for p in kube.by_type("on-demand"))
@@ -112,9 +112,97 @@ def test_primary_pod_deleted_under_load_loses_nothing(
     except AssertionError:
         print(_dump(local_cluster, kube, op))
         raise
-    cm = next(b for b in brokers if b["role"] == "cm")
-    bootstrap = cm["address"]
+    return str(next(b for b in brokers if b["role"] == "cm")["address"])
+
+
+def test_primary_pod_deleted_under_load_loses_nothing(
+    local_cluster: LocalCluster, real: tuple[Kube, OperatorProcess], tmp_path: Path
+) -> None:
+    kube, op = real
+    bootstrap = _bring_up(local_cluster, kube, op, fixed=2)
     asyncio.run(_bounded(_scenario(local_cluster, kube, op, bootstrap, tmp_path), 240))
+
+
+def test_on_demand_partition_kept_for_a_paused_stream_reader(
+    local_cluster: LocalCluster, real: tuple[Kube, OperatorProcess], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The MM pod holding on-demand partitions is deleted while producers send and a consumer
+    drains the queue; a stream reader of our own, paused across it, reads every acknowledged
+    message once afterwards: the operator keeps the emptied partition for its retention."""
+    kube, op = real
+    caplog.set_level(logging.WARNING, logger="hybridmq.client")
+    bootstrap = _bring_up(local_cluster, kube, op, fixed=0, retention_after_drain=120)
+    asyncio.run(_bounded(_paused_reader_scenario(local_cluster, kube, op, bootstrap), 240))
+    gone = [r.getMessage() for r in caplog.records if "is gone" in r.getMessage()]
+    assert not gone, f"a moving producer found its old partition deleted: {gone[:2]}"
+
+
+async def _paused_reader_scenario(
+    local_cluster: LocalCluster, kube: Kube, op: OperatorProcess, bootstrap: str
+) -> None:
+    loads = [
+        ProducerLoad(f"g{i}", await Producer.connect(bootstrap, partition_type="on-demand", linger_ms=1))
+        for i in range(6)
+    ]
+    old = loads[0].producer.partition
+    movers = [ld for ld in loads if ld.producer.partition == old]
+    consumer = ConsumerLoad(await Consumer.connect(bootstrap, DEST))
+    reader, fetcher = StreamReader(DEST), await Fetcher.connect(bootstrap, retry_s=60)
+    stop_producing, stop_consuming = asyncio.Event(), asyncio.Event()
+    tasks = [asyncio.create_task(consumer.run(stop_consuming))]
+    producing = [asyncio.create_task(ld.run(DEST, stop_producing)) for ld in loads]
+    try:
+        # The MMs report the producers attached to each partition: `kubectl get hpart -o wide`.
+        await until(lambda: _printed_producers(local_cluster, kube, old) == len(movers), 20, "PRODUCERS")
+        await reader.catch_up(fetcher)  # the stream's last micro-batch before it is stopped
+        await asyncio.sleep(0.5)
+        victim = _status(kube, old)["primary"]
+        await asyncio.to_thread(kube.core.delete_namespaced_pod, victim, kube.namespace)
+        await until(lambda: _status(kube, old).get("state") == "Draining", 30, f"{old} draining")
+        await until(lambda: all(ld.producer.partition != old for ld in movers), 30, "the producers moved")
+        await asyncio.sleep(1.0)
+        await stop_all(stop_producing, producing)
+        await wait_consumed(loads, consumer, within=45)
+        # Empty for everyone attached: the retention runs (drainedSince) - or it is deleted already.
+        await until(
+            lambda: _status(kube, old).get("drainedSince") or not _status(kube, old), 60, f"{old} empty"
+        )
+        await asyncio.sleep(3.0)  # the stream query is restarted a few seconds later
+        await reader.catch_up(fetcher)
+        assert all(ld.acked for ld in loads) and not any(ld.failed for ld in loads)
+        reader.check(loads)
+        assert any(p["metadata"]["name"] == old for p in kube.partitions()), f"{old} deleted too early"
+    except BaseException:
+        traceback.print_exc()
+        print(_dump(local_cluster, kube, op))
+        raise
+    finally:
+        stops = (stop_producing, stop_consuming)
+        await _close(
+            stops, [*(ld.producer for ld in loads), consumer.consumer, fetcher], [*producing, *tasks]
+        )
+
+
+def _printed_producers(local_cluster: LocalCluster, kube: Kube, name: str) -> int | None:
+    """The PRODUCERS column of ``kubectl get hpart -o wide`` for partition ``name``."""
+    out = local_cluster.kubectl("get", "hpart", "-n", kube.namespace, "-o", "wide").stdout.splitlines()
+    header = out[0].split()
+    for line in out[1:]:
+        cells = line.split()
+        if cells and cells[0] == name and len(cells) == len(header):
+            return int(cells[header.index("PRODUCERS")])
+    return None
+
+
+async def _close(
+    stops: tuple[asyncio.Event, ...], clients: list[Any], tasks: list[asyncio.Task[None]]
+) -> None:
+    for stop in stops:
+        stop.set()
+    for client in clients:
+        with contextlib.suppress(Exception, TimeoutError):
+            await asyncio.wait_for(client.close(), 5)
+    await asyncio.wait(tasks, timeout=5)
 
 
 async def _bounded(scenario: Any, within_s: float) -> None:
@@ -243,9 +331,5 @@ async def _scenario(
         print(_dump(local_cluster, kube, op))
         raise
     finally:
-        stop_producing.set()
-        stop_consuming.set()
-        for closing in [*(load.producer for load in loads), *extra, consumer.consumer]:
-            with contextlib.suppress(Exception, TimeoutError):
-                await asyncio.wait_for(closing.close(), 5)
-        await asyncio.wait([*producing, consuming], timeout=5)
+        clients = [*(load.producer for load in loads), *extra, consumer.consumer]
+        await _close((stop_producing, stop_consuming), clients, [*producing, consuming])

@@ -55,7 +55,11 @@ def apply_crds(cluster: LocalCluster) -> None:
         cluster.kubectl("wait", "--for=condition=Established", f"crd/{crd}", "--timeout=60s")
 
 
-def sample_cluster(name: str, namespace: str, mms: int = 3, cms: int = 1, fixed: int = 3) -> dict[str, Any]:
+def sample_cluster(
+    name: str, namespace: str, mms: int = 3, cms: int = 1, fixed: int = 3, retention_after_drain: int = 1
+) -> dict[str, Any]:
+    """A BrokerCluster manifest; drained on-demand partitions are kept only briefly (tests wait
+    for their deletion)."""
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "BrokerCluster",
@@ -63,7 +67,10 @@ def sample_cluster(name: str, namespace: str, mms: int = 3, cms: int = 1, fixed:
         "spec": {
             "connectionManagers": {"replicas": cms},
             "messageManagers": {"replicas": mms, "storage": {"size": "64Mi"}},
-            "partitions": {"fixed": {"count": fixed, "replicas": 2}, "onDemand": {"perMessageManager": 1}},
+            "partitions": {
+                "fixed": {"count": fixed, "replicas": 2},
+                "onDemand": {"perMessageManager": 1, "retentionAfterDrainSeconds": retention_after_drain},
+            },
         },
     }
 

@@ -36,7 +36,7 @@ NOW = datetime(2026, 11, 25, 12, 0, tzinfo=UTC)
 
 
 def spec(
-    fixed: int = 3, replicas: int = 2, per_mm: int = 1, accept: bool = False, **extra: Any
+    fixed: int = 3, replicas: int = 2, per_mm: int = 1, accept: bool = False, retention: int = 0, **extra: Any
 ) -> BrokerClusterSpec:
     return BrokerClusterSpec.model_validate(
         {
@@ -46,6 +46,7 @@ def spec(
                     "perMessageManager": per_mm,
                     "acceptWritesAfterFailover": accept,
                     "replicas": replicas,
+                    "retentionAfterDrainSeconds": retention,
                 },
             },
             **extra,

@@ -67,6 +67,7 @@ def clusters(draw: Any) -> ClusterState:
                     "perMessageManager": draw(st.integers(0, 2)),
                     "replicas": draw(st.integers(1, 3)),
                     "acceptWritesAfterFailover": draw(st.booleans()),
+                    "retentionAfterDrainSeconds": draw(st.sampled_from([0, 2])),
                 },
             }
         }
@@ -101,6 +102,7 @@ def _with_reports(state: ClusterState, seed: int, drain: bool) -> ClusterState:
                 log_end_offset=rng.randint(0, 100),
                 backlog=0 if drain or rng.random() < 0.5 else rng.randint(1, 50),
                 producers=0 if drain or rng.random() < 0.5 else rng.randint(1, 3),
+                reader_lag=0 if drain or rng.random() < 0.5 else rng.randint(1, 9),
             )
             p = replace(p, report=report)
         parts.append(p)
@@ -232,7 +234,7 @@ def _check_plan(state: ClusterState, result: Plan, max_epoch: dict[str, int]) ->
             assert info is not None and info.spec.type == PartitionType.ON_DEMAND
             current = updated.get(change.name) or info.status
             assert current is not None and current.state == PartitionState.DRAINED, "deleted before drained"
-            assert current.backlog == 0 and current.producers == 0
+            assert current.backlog == 0 and current.producers == 0 and current.reader_lag == 0
         elif isinstance(change, ReleaseFinalizer):
             info = state.partition(change.name)
             assert info is not None and info.deleting and PARTITION_FINALIZER in info.finalizers

@@ -5,6 +5,7 @@ through an ``AssignmentSource``; in a cluster they are derived from ``Partition.
 ``BrokerCluster`` broker table.
 """
 
+from datetime import datetime
 from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -43,6 +44,8 @@ class PartitionAssignment(BaseModel):
     # An on-demand partition taken over after a failover only drains unless this is set.
     accept_writes: bool = True
     min_in_sync: int = Field(default=2, ge=1)
+    # When a draining on-demand partition was first seen empty (its retention runs from here).
+    drained_since: datetime | None = None
 
     @property
     def backups(self) -> tuple[str, ...]:

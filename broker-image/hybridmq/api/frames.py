@@ -116,6 +116,7 @@ class FrameType(IntEnum):
     PONG = 51
     FETCH = 70  # 60-62: REPLICA_* (broker/mm/replica_transport.py)
     FETCH_META = 71
+    READER_COMMIT = 72  # a named reader's committed offset in one partition
 
 
 class ErrorCode(IntEnum):

@@ -2,9 +2,10 @@
 
 The operator is the only writer of ``Partition.status``; the MMs feed it through their own Lease:
 the partitions they hold on disk and, for each, their role, epoch and log end offset, and, from a
-primary, its in-sync set, high watermark, backlog and attached producers. The operator turns these
-into ``PartitionStatus`` figures, uses the offsets to promote the in-sync replica with the longest
-log, and releases a Partition's finalizer once no live MM reports holding it.
+primary, its in-sync set, high watermark, backlog, attached producers and how far its named readers
+are behind. The operator turns these into ``PartitionStatus`` figures, uses the offsets to promote
+the in-sync replica with the longest log, and releases a Partition's finalizer once no live MM
+reports holding it.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ class PartitionReport(_Model):
     in_sync: list[str] = Field(default_factory=list)
     backlog: int = Field(default=0, ge=0)
     producers: int = Field(default=0, ge=0)
+    # Records the furthest-behind named reader cursor (a stream reader) has not committed yet.
+    reader_lag: int = Field(default=0, ge=0)
 
 
 class MMReport(_Model):

@@ -279,6 +279,12 @@ class OnDemandPartitionsSpec(_Model):
         description="Whether an on-demand partition taken over after a failover keeps accepting writes "
         "while it drains (by default it only serves consumers until empty, then is deleted).",
     )
+    retention_after_drain_seconds: int = Field(
+        default=300,
+        ge=0,
+        description="How long a draining on-demand partition is kept once it is empty (no producer "
+        "attached, backlog zero, every named reader cursor at the end) before it is deleted.",
+    )
 
 
 class PartitionsSpec(_Model):
@@ -493,7 +499,16 @@ class PartitionStatus(_Model):
     log_end_offset: int = Field(default=0, ge=0, description="Next offset the primary will assign.")
     committed_offset: int = Field(default=0, ge=0, description="High watermark: replicated to minInSync.")
     backlog: int = Field(default=0, ge=0, description="Messages not yet consumed by every subscription.")
-    producers: int = Field(default=0, ge=0, description="Producers attached.")
+    producers: int = Field(
+        default=0, ge=0, description="Producers attached (recently writing or not yet moved away)."
+    )
+    reader_lag: int = Field(
+        default=0, ge=0, description="Records the furthest-behind named reader cursor has not committed."
+    )
+    drained_since: datetime | None = Field(
+        default=None,
+        description="When the draining partition was first seen empty; deleted after the retention.",
+    )
     reported_epoch: int | None = Field(
         default=None, ge=0, description="Epoch of the primary's report the offsets and backlog come from."
     )
@@ -552,4 +567,5 @@ def partition_to_assignment(partition: Partition, min_in_sync: int | None = None
         in_sync=tuple(status.in_sync),
         accept_writes=status.accept_writes,
         min_in_sync=max(1, mis),
+        drained_since=status.drained_since,
     )

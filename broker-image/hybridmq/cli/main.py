@@ -285,6 +285,12 @@ def main(argv: list[str] | None = None) -> None:
     lo.add_argument("action", nargs="*", help="kill|start <mm> or state, against a running cluster")
     lo.add_argument("--replicas", type=int, help="replicated partitions planned by the local controller")
     lo.add_argument("--fixed", type=int, help="fixed partitions (with --replicas; default: --mms)")
+    lo.add_argument(
+        "--retention-after-drain",
+        type=int,
+        default=300,
+        help="seconds a drained on-demand partition is kept before deletion (with --replicas)",
+    )
     lo.add_argument("--signal", default="KILL", choices=["KILL", "STOP", "CONT", "TERM"])
     lo.set_defaults(func=_cmd_local)
 

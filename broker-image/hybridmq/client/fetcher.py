@@ -12,6 +12,7 @@ the delivery audit::
                 for i, (value, key, headers, ts_ms) in enumerate(batch.records):
                     ...                           # offset batch.base_offset + i
             offset = result.next_offset
+    await fetcher.commit_reader("my-job", p.name, offset)   # optional: hold the data until read
     await fetcher.close()
 
 Offsets count records; ``end_offset`` is the high watermark (the committed end: nothing at or past
@@ -278,6 +279,13 @@ class Fetcher:
             batches=batches,
             next_offset=max(int(offset), batches[-1].next_offset) if batches else int(offset),
         )
+
+    async def commit_reader(self, reader: str, partition: str, offset: int) -> None:
+        """Commit named reader ``reader``'s position in ``partition``: it has processed every record
+        below ``offset``. Stored in the partition log (replicated) before this returns; a draining
+        on-demand partition is not deleted while a named reader is behind its end (like a Kafka
+        consumer group's committed offsets holding data, but for a partition that goes away)."""
+        await self._request({"t": FrameType.READER_COMMIT, "p": partition, "rn": reader, "o": int(offset)})
 
     async def close(self) -> None:
         self._closed = True

@@ -50,6 +50,7 @@ def run(args: argparse.Namespace) -> None:
         replicas=args.replicas or 1,
         fixed=args.fixed,
         on_demand_per_mm=args.on_demand_per_mm,
+        retention_after_drain=args.retention_after_drain,
         cm_port=args.port,
         fsync=args.fsync,
     )

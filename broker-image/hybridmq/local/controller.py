@@ -30,6 +30,7 @@ import logging
 import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from aiohttp import web
@@ -69,6 +70,7 @@ def replica_reports(
             committed_offset=own.committed_offset,
             backlog=own.backlog,
             producers=own.producers,
+            reader_lag=own.reader_lag,
         )
     return out
 
@@ -220,7 +222,16 @@ class LocalController:
                 return True
             if a.state == PartitionState.DRAINING and rep.backlog == 0 and self._dirty:
                 return True
+            if a.state == PartitionState.DRAINING and self._retention_over(a):
+                return True
         return False
+
+    def _retention_over(self, a: PartitionAssignment) -> bool:
+        """An empty draining partition's retention has passed: plan now (nothing else may change)."""
+        if a.drained_since is None:
+            return False
+        kept = (datetime.now(UTC) - a.drained_since).total_seconds()
+        return kept >= self.spec.partitions.on_demand.retention_after_drain_seconds
 
     def replan(self, now: float | None = None) -> None:
         self._last_plan = now if now is not None else time.monotonic()

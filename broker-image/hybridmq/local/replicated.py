@@ -30,7 +30,12 @@ SIGNALS = {"KILL": signal.SIGKILL, "TERM": signal.SIGTERM, "STOP": signal.SIGSTO
 
 
 def cluster_spec(
-    *, fixed: int, replicas: int, on_demand_per_mm: int, on_demand_replicas: int | None = None
+    *,
+    fixed: int,
+    replicas: int,
+    on_demand_per_mm: int,
+    on_demand_replicas: int | None = None,
+    retention_after_drain: int = 300,
 ) -> BrokerClusterSpec:
     return BrokerClusterSpec.model_validate(
         {
@@ -39,6 +44,7 @@ def cluster_spec(
                 "onDemand": {
                     "perMessageManager": on_demand_per_mm,
                     "replicas": on_demand_replicas or replicas,
+                    "retentionAfterDrainSeconds": retention_after_drain,
                 },
             }
         }
@@ -54,6 +60,7 @@ class ReplicatedLocalCluster(LocalCluster):
         replicas: int = 2,
         fixed: int | None = None,
         on_demand_per_mm: int = 1,
+        retention_after_drain: int = 300,
         lease_s: float = 1.0,
         spec: BrokerClusterSpec | None = None,
         mm_args: list[str] | None = None,
@@ -72,7 +79,10 @@ class ReplicatedLocalCluster(LocalCluster):
             **kwargs,
         )
         self.spec = spec or cluster_spec(
-            fixed=fixed if fixed is not None else mms, replicas=replicas, on_demand_per_mm=on_demand_per_mm
+            fixed=fixed if fixed is not None else mms,
+            replicas=replicas,
+            on_demand_per_mm=on_demand_per_mm,
+            retention_after_drain=retention_after_drain,
         )
         self.controller = LocalController(
             self.mm_names,

@@ -32,6 +32,7 @@ from pyspark.sql.types import StructType
 from hybridmq.spark.offsets import EARLIEST, LATEST, OffsetMap, limit_advance, resolve
 from hybridmq.spark.options import ReaderOptions
 from hybridmq.spark.ranges import OffsetRange, plan_ranges
+from hybridmq.spark.reader_cursor import commit_processed
 from hybridmq.spark.reading import read_range
 from hybridmq.spark.schema import parse_columns, spark_ddl
 from hybridmq.spark.source import PartitionInfo, open_source
@@ -179,7 +180,7 @@ class HybridMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return read_range(self.opts.source, partition, self.opts.columns, self.opts.fail_on_data_loss)
 
     def commit(self, end: dict) -> None:
-        pass
+        commit_processed(self.opts.source, end)  # option readerName: hold what is not read yet
 
     def stop(self) -> None:
         pass

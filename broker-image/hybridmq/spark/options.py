@@ -15,6 +15,9 @@
                             on-demand partition, a trimmed range) with a warning; ``true``: fail
 ``partitions``              comma-separated partition names to read (default: all)
 ``partitionType``           ``fixed`` | ``on-demand``: read only partitions of this type
+``readerName``              streaming: commit each micro-batch's processed offsets as this named
+                            reader's cursor (:mod:`hybridmq.spark.reader_cursor`), so draining
+                            on-demand partitions are kept until it has read them
 ==========================  =========================================================================
 """
 
@@ -25,7 +28,7 @@ from hybridmq.spark.offsets import EARLIEST, LATEST, parse_spec
 from hybridmq.spark.schema import parse_columns
 
 # Options handed to open_source (the rest are reader behaviour).
-SOURCE_KEYS = ("path", "bootstrap", "username", "password", "timeout")
+SOURCE_KEYS = ("path", "bootstrap", "username", "password", "timeout", "readername")
 
 
 def _bool(value: str | None, default: bool) -> bool:

@@ -88,6 +88,8 @@ class Draft:
     committed_offset: int
     backlog: int
     producers: int
+    reader_lag: int
+    drained_since: datetime | None
     reported_epoch: int | None
     last_failover: FailoverRecord | None
     conditions: list[Condition]
@@ -115,6 +117,8 @@ class Draft:
             committed_offset=st.committed_offset,
             backlog=st.backlog,
             producers=st.producers,
+            reader_lag=st.reader_lag,
+            drained_since=st.drained_since,
             reported_epoch=st.reported_epoch,
             last_failover=st.last_failover,
             conditions=list(st.conditions),
@@ -140,6 +144,8 @@ class Draft:
             committed_offset=0,
             backlog=0,
             producers=0,
+            reader_lag=0,
+            drained_since=None,
             reported_epoch=None,
             last_failover=None,
             conditions=[],
@@ -214,6 +220,8 @@ class Draft:
             committed_offset=self.committed_offset,
             backlog=self.backlog,
             producers=self.producers,
+            reader_lag=self.reader_lag,
+            drained_since=self.drained_since,
             reported_epoch=self.reported_epoch,
             last_failover=self.last_failover,
             observed_generation=self.generation

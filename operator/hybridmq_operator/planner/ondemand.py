@@ -5,8 +5,9 @@
 * When its primary is lost (or leaves), an on-demand partition is taken over only to be drained:
   state Draining, writes refused unless ``acceptWritesAfterFailover``; its producers move to
   another on-demand partition (``pick_on_demand_partition``).
-* Draining with a zero backlog and no producer attached -> Drained -> deleted; the finalizer is
-  released once no live MM holds its data.
+* Draining and empty (no producer attached - they moved and confirmed what it stores -, backlog
+  zero, every named reader cursor at the end) for ``retentionAfterDrainSeconds`` -> Drained ->
+  deleted; the finalizer is released once no live MM holds its data.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from hybridmq_operator.planner.placement import Load, pick_backups
 __all__ = [
     "collect_garbage",
     "data_holders",
+    "drain_blockers",
     "ondemand_name",
     "pick_on_demand_partition",
     "reassign_producers",
@@ -126,25 +128,56 @@ def data_holders(draft: Draft, ctx: Context) -> list[str]:
     return holders
 
 
+def drain_blockers(draft: Draft) -> list[str]:
+    """Why a draining partition may not be deleted yet, from its primary's current report: someone
+    may still need its data (empty when none)."""
+    why = []
+    if draft.producers > 0:
+        why.append(f"{draft.producers} producer(s) attached or not yet confirmed what it stores")
+    if draft.backlog > 0:
+        why.append(f"backlog {draft.backlog}")
+    if draft.reader_lag > 0:
+        why.append(f"a named reader is {draft.reader_lag} record(s) behind")
+    return why
+
+
 def collect_garbage(draft: Draft, ctx: Context) -> tuple[bool, bool]:
-    """Advance a draining on-demand partition. Returns (delete it, release its finalizer)."""
+    """Advance a draining on-demand partition. Returns (delete it, release its finalizer).
+
+    Deleted only once its primary (alive, at the current epoch) reports it empty - no producer
+    attached (they moved and confirmed what it stores), backlog zero, every named reader cursor at
+    the end - and it stayed so for ``retentionAfterDrainSeconds`` (``drained_since`` is when it was
+    first seen empty; it is cleared when that stops holding)."""
     if draft.deleting:
         if PARTITION_FINALIZER in draft.finalizers and not data_holders(draft, ctx):
             return False, True
         return False, False
     if not draft.is_on_demand:
         return False, False
-    if (
-        draft.state == PartitionState.DRAINING
-        and draft.primary is not None
-        and ctx.is_alive(draft.primary)
-        and draft.reported_epoch == draft.epoch
-        and draft.backlog == 0
-        and draft.producers == 0
-    ):
-        draft.state = PartitionState.DRAINED
-        draft.accept_writes = False
-        draft.event("Drained", "backlog is zero and no producer is attached; deleting the partition")
+    if draft.state != PartitionState.DRAINING:
+        return draft.state == PartitionState.DRAINED, False
+    if draft.primary is None or not ctx.is_alive(draft.primary) or draft.reported_epoch != draft.epoch:
+        # No current figures (e.g. taken over again): emptiness must be seen anew by the new primary.
+        draft.drained_since = None
+    else:
+        retention = ctx.spec.partitions.on_demand.retention_after_drain_seconds
+        blockers = drain_blockers(draft)
+        if blockers:
+            draft.drained_since = None
+        elif draft.drained_since is None:
+            draft.drained_since = ctx.now
+            if retention > 0:
+                draft.event(
+                    "DrainedEmpty", f"empty; kept {retention}s (retentionAfterDrainSeconds) before deletion"
+                )
+        if draft.drained_since is not None and (ctx.now - draft.drained_since).total_seconds() >= retention:
+            draft.state = PartitionState.DRAINED
+            draft.accept_writes = False
+            draft.event(
+                "Drained",
+                "no producer attached, backlog zero, every named reader at the end "
+                f"for {retention}s; deleting the partition",
+            )
     return draft.state == PartitionState.DRAINED, False
 
 

@@ -78,6 +78,7 @@ def observe(draft: Draft, report: ReplicaReport | None, ctx: Context) -> None:
     draft.committed_offset = report.committed_offset
     draft.backlog = report.backlog
     draft.producers = report.producers
+    draft.reader_lag = report.reader_lag
     draft.reported_epoch = report.epoch
     draft.replica_offsets.setdefault(draft.primary, report.log_end_offset)
 
@@ -167,7 +168,9 @@ def plan(state: ClusterState) -> Plan:
             )
         if delete:
             deletes.append(
-                DeletePartition(d.name, "PartitionDeleted", "drained on-demand partition: backlog zero")
+                DeletePartition(
+                    d.name, "PartitionDeleted", "drained on-demand partition: empty past its retention"
+                )
             )
     for d in created:
         _settle_state(d)
@@ -246,6 +249,7 @@ def _status_from_assignment(a: PartitionAssignment) -> PartitionStatus:
         replicas=list(a.replicas),
         in_sync=list(a.in_sync),
         accept_writes=a.accept_writes,
+        drained_since=a.drained_since,
     )
 
 

@@ -68,6 +68,7 @@ class ReplicaReport:
     committed_offset: int = 0
     backlog: int = 0
     producers: int = 0
+    reader_lag: int = 0
 
 
 @dataclass(frozen=True, slots=True)

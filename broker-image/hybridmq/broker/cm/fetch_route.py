@@ -21,6 +21,8 @@ one like everything else:
   stored sequence, [[first seq, last seq, base offset, last offset], ...]]}`` from the partition
   log's replicated producer-sequence table, answered only by the primary of the table's epoch (an
   on-demand producer that moves after a failover asks its old partition what it already stores).
+* READER_COMMIT ``{c, p, rn, o}`` stores reader ``rn``'s committed offset ``o`` in partition ``p``
+  (``broker/mm/reader_commit.py``): forwarded to the primary MM like a FETCH; OK once replicated.
 
 A FETCH is answered before the session's next frame is read (the handler is awaited), which bounds
 what one reading client can make the CM buffer to one reply.
@@ -72,18 +74,51 @@ async def fetch_meta(cm: ConnectionManager, session: Session, frame: dict[str, A
         session.conn.reply_error(frame, ErrorCode.INVALID_REQUEST, f"bad fetch_meta: {exc!r}")
 
 
-async def _fetch(cm: ConnectionManager, session: Session, frame: dict[str, Any]) -> None:
+def _primary_link(cm: ConnectionManager, session: Session, frame: dict[str, Any]) -> tuple[Any, int] | None:
+    """The link to partition ``p``'s primary MM and the partition epoch; None once answered with
+    the error (UNKNOWN_PARTITION, MM_UNAVAILABLE)."""
     name = str(frame["p"])
     a = cm.source.partitions().get(name)
     owner = _internal_owner(cm, name) if frame.get("i") else None
     if a is None and owner is None:
         session.conn.reply_error(frame, ErrorCode.UNKNOWN_PARTITION, f"no partition {name!r}")
-        return
+        return None
     primary, epoch = (a.primary, a.epoch) if a is not None else (owner, 0)
     conn = _link_conn(cm, primary)
     if conn is None:
         session.conn.reply_error(frame, ErrorCode.MM_UNAVAILABLE, f"primary of {name} unavailable")
+        return None
+    return conn, epoch
+
+
+async def reader_commit(cm: ConnectionManager, session: Session, frame: dict[str, Any]) -> None:
+    if not isinstance(frame.get("p"), str):
+        session.conn.reply_error(frame, ErrorCode.INVALID_REQUEST, "bad reader commit: p must be a string")
         return
+    route = _primary_link(cm, session, frame)
+    if route is None:
+        return
+    conn, epoch = route
+    request = {"t": FrameType.READER_COMMIT, "p": frame["p"], "rn": frame.get("rn"), "o": frame.get("o")}
+    request["pe"] = epoch
+    try:
+        reply = await conn.request(request, timeout=MM_TIMEOUT_S)
+    except RemoteError as exc:
+        session.conn.reply_error(frame, ErrorCode(exc.code), exc.msg)
+        return
+    except Exception as exc:  # the link went away or the MM did not answer in time
+        session.conn.reply_error(frame, ErrorCode.MM_UNAVAILABLE, f"primary of {frame['p']}: {exc!r}")
+        return
+    reply.pop("c", None)
+    session.conn.reply(frame, reply)
+
+
+async def _fetch(cm: ConnectionManager, session: Session, frame: dict[str, Any]) -> None:
+    name = str(frame["p"])
+    route = _primary_link(cm, session, frame)
+    if route is None:
+        return
+    conn, epoch = route
     request: dict[str, Any] = {"t": FrameType.FETCH, "p": name, "o": int(frame["o"]), "pe": epoch}
     if frame.get("e") is not None:
         request["e"] = int(frame["e"])

@@ -304,6 +304,8 @@ class ConnectionManager:
                 return fetch_route.fetch(self, session, frame)
             elif t == FrameType.FETCH_META:
                 return fetch_route.fetch_meta(self, session, frame)
+            elif t == FrameType.READER_COMMIT:
+                return fetch_route.reader_commit(self, session, frame)
             elif t == FrameType.PING:
                 session.conn.reply(frame, {"t": FrameType.PONG})
             else:

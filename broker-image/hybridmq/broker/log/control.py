@@ -1,8 +1,8 @@
 """Control records: broker state that lives in the partition log next to the data.
 
-Consumer cursors and acknowledgements, producer sequence state and markers are appended as
-*control batches* (``append(..., control=True)``) so that they replicate with the data and a new
-primary finds them after a failover. The log does not interpret them; higher layers (the MM's
+Consumer cursors and acknowledgements, named reader cursors, producer sequence state and markers are
+appended as *control batches* (``append(..., control=True)``) so that they replicate with the data
+and a new primary finds them after a failover. The log does not interpret them; higher layers (the MM's
 destinations) do, with these types.
 
 A control batch's payload is a msgpack array of records, each ``[type code, field, ...]``; its
@@ -120,6 +120,16 @@ class DeliveredThrough(ControlRecord):
 
 
 @dataclass(frozen=True, slots=True)
+class ReaderCursor(ControlRecord):
+    """A named reader's committed position (a stream reader, like a Kafka consumer group's
+    committed offset): it has processed every record below ``offset``."""
+
+    TYPE: ClassVar[int] = 8
+    reader: str
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
 class UnknownControl(ControlRecord):
     """A record of a type this version does not know; kept so it can be skipped or forwarded."""
 
@@ -140,6 +150,7 @@ CONTROL_TYPES: dict[int, type[ControlRecord]] = {
         Marker,
         SubscriptionState,
         DeliveredThrough,
+        ReaderCursor,
     )
 }
 

@@ -20,7 +20,8 @@ Batches are sent as maps: ``o`` base offset, ``n`` record count, ``d`` destinati
 FETCH_META answers ``{name: {start, hw, end, epoch}}`` for the hosted partitions this MM is
 primary of (``p`` narrows it to some names). With ``pids`` (producer ids) each entry also has
 ``producers`` (``producer_states``): what the partition stores of those producers, so that an
-on-demand producer that moves after a failover resends only what the old partition lacks.
+on-demand producer that moves after a failover resends only what the old partition lacks; the
+answer detaches those producer ids from the partition (``mm/attached.py``).
 """
 
 from __future__ import annotations
@@ -88,6 +89,8 @@ def handle(mm: MessageManager, conn: Connection, frame: dict[str, Any]) -> None:
                 partitions[name] = meta = dict[str, Any](partition_meta(host))
                 if pids:
                     meta["producers"] = producer_states(host, list(pids))
+                    # A moving producer asks before resending elsewhere: once answered, it is gone.
+                    host.producers.detached(int(pid) for pid in pids)
         conn.reply(frame, {"t": FrameType.OK, "node": mm.config.name, "partitions": partitions})
         return
     reply = fetch(mm, frame)
@@ -95,9 +98,10 @@ def handle(mm: MessageManager, conn: Connection, frame: dict[str, Any]) -> None:
         conn.send_nowait(reply)
 
 
-def fetch(mm: MessageManager, frame: dict[str, Any]) -> dict[str, Any]:
+def primary_host(mm: MessageManager, name: str, frame: dict[str, Any]) -> PartitionHost | dict[str, Any]:
+    """The host of ``name`` if this MM is its primary at the epoch the CM routed with (``pe``);
+    else the NOT_PRIMARY error frame to answer."""
     corr = frame.get("c")
-    name = str(frame["p"])
     host = mm.hosts.get(name)
     if host is None or not host.primary:
         return error_frame(ErrorCode.NOT_PRIMARY, f"{mm.config.name} is not primary of {name}", corr)
@@ -105,6 +109,15 @@ def fetch(mm: MessageManager, frame: dict[str, Any]) -> dict[str, Any]:
     if epoch is not None and int(epoch) > host.epoch:
         # The CM already knows a newer epoch than this MM: it has not caught up (or lost the role).
         return error_frame(ErrorCode.NOT_PRIMARY, f"{name}: epoch {epoch} > {host.epoch} here", corr)
+    return host
+
+
+def fetch(mm: MessageManager, frame: dict[str, Any]) -> dict[str, Any]:
+    corr = frame.get("c")
+    name = str(frame["p"])
+    host = primary_host(mm, name, frame)
+    if isinstance(host, dict):
+        return host
     offset = int(frame["o"])
     start = host.storage.start_offset
     hw = high_watermark(host)

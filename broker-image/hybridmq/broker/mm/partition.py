@@ -39,7 +39,14 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from hybridmq.api.frames import DMQ_DESTINATION, BatchFlag, ErrorCode, FrameType, error_frame
+from hybridmq.api.frames import (
+    DMQ_DESTINATION,
+    BatchFlag,
+    ErrorCode,
+    FrameType,
+    error_frame,
+    is_reserved,
+)
 from hybridmq.broker.destinations.batch_payload import StoredBatch
 from hybridmq.broker.destinations.delivery import ConsumerLink, DeliveryState, pop_redelivery
 from hybridmq.broker.destinations.matching import make_matcher
@@ -49,6 +56,7 @@ from hybridmq.broker.log.control import (
     ControlRecord,
     CursorCommit,
     DeliveredThrough,
+    ReaderCursor,
     Redelivery,
     decode_control,
 )
@@ -58,6 +66,7 @@ from hybridmq.broker.log.errors import (
     ProducerFencedError,
     StaleEpochError,
 )
+from hybridmq.broker.mm.attached import AttachedProducers
 from hybridmq.broker.mm.storage import PartitionStorage
 from hybridmq.broker.protocol.connection import ConnectionClosed
 
@@ -104,6 +113,12 @@ class PartitionHost:
         self._ack_replies: list[tuple[Any, dict[str, Any]]] = []
         self._committing: list[tuple[Any, dict[str, Any]]] = []  # replies of the round in progress
         self._control_ready = asyncio.Event()
+        self.producers = AttachedProducers()
+        # Named reader cursors (stream readers' committed offsets) and the end of the last
+        # application data batch (control records and internal ``_`` destinations after it, e.g.
+        # the MM's own ``topic:_LOG`` events, are nothing a reader must be held for).
+        self.readers: dict[str, int] = {}
+        self.data_end = 0
 
     # -- lifecycle -------------------------------------------------------------------------------
     def recover(self) -> None:
@@ -122,7 +137,12 @@ class PartitionHost:
                     elif isinstance(rec, Redelivery):
                         counts = snaps.setdefault(rec.subscription, [0, (), 0, {}])[3]
                         counts[rec.offset] = max(counts.get(rec.offset, 0), rec.attempt)
-            elif batch.dest.startswith("queue:") and ("q:" + batch.dest) not in self.states:
+                    elif isinstance(rec, ReaderCursor):
+                        self.readers[rec.reader] = rec.offset
+                continue
+            if not is_reserved(batch.dest):
+                self.data_end = batch.next_offset
+            if batch.dest.startswith("queue:") and ("q:" + batch.dest) not in self.states:
                 self._queue_state(batch.dest, batch.base)
         for key, (lw, ranges, through, counts) in snaps.items():
             state = self.states.get(key)
@@ -173,6 +193,10 @@ class PartitionHost:
         if dest.startswith("queue:") and ("q:" + dest) not in self.states:
             self._queue_state(dest, self.storage.end_offset - count)
         self._produce_ready.set()
+
+    def reader_lag(self) -> int:
+        """Data records the furthest-behind named reader has not committed (0 without readers)."""
+        return max((max(0, self.data_end - offset) for offset in self.readers.values()), default=0)
 
     def backlog(self) -> int:
         if not self.states:
@@ -256,9 +280,13 @@ class PartitionHost:
             return error_frame(ErrorCode.PRODUCER_FENCED, str(exc), corr)
         except LogError as exc:
             return error_frame(ErrorCode.INTERNAL, f"log error: {exc}", corr)
+        if pid is not None:
+            self.producers.seen([int(pid)])
         if dup:
             return {"t": FrameType.PRODUCE_ACK, "r": corr, "p": self.name, "o": base, "l": last, "dup": True}
         self.appended_records += count
+        if not is_reserved(dest):
+            self.data_end = last + 1
         if dest.startswith("queue:") and ("q:" + dest) not in self.states:
             self._queue_state(dest, base)
         return {"t": FrameType.PRODUCE_ACK, "r": corr, "p": self.name, "o": base, "l": last}
@@ -462,12 +490,16 @@ class PartitionHost:
             self.storage.append_control(records, self.epoch)
 
     async def _retention(self) -> None:
-        """Delete whole segments below every cursor (after re-writing all cursors above them)."""
+        """Delete whole segments below every cursor (after re-writing all cursors above them).
+
+        Named reader cursors hold it too; their latest records sit at or above their offsets (a
+        commit is appended at the log end), so they survive without a re-write."""
         while True:
             await asyncio.sleep(self.retention_interval)
             if not self.primary:
                 continue
-            safe = min([s.lw() for s in self.states.values()] + [self.storage.visible_end])
+            held = [s.lw() for s in self.states.values()] + list(self.readers.values())
+            safe = min([*held, self.storage.visible_end])
             if safe <= self.storage.start_offset:
                 continue
             try:

@@ -253,6 +253,8 @@ class ReplicaManager:
         )
         host.retention_interval = c.retention_interval
         host.recover()
+        # A takeover has seen no write yet: every producer the log knows may still need it.
+        host.producers.seen(storage.log.producer_state.producers)
         host.writable = a.writable
         host.guard = lambda frame: self._guard(leader, frame)
         host.commit_waiter = lambda end: self._commit(leader, end)
@@ -457,7 +459,8 @@ class ReplicaManager:
                     committed_offset=max(leader.high_watermark, 0),
                     in_sync=sorted(in_sync),
                     backlog=visible_backlog(r.host),
-                    producers=0,
+                    producers=r.host.producers.count(),
+                    reader_lag=r.host.reader_lag(),
                 )
             else:
                 partitions[name] = PartitionReport(role="backup", epoch=max(r.epoch, 0), log_end_offset=leo)

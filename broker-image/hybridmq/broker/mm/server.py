@@ -21,7 +21,7 @@ from hybridmq.broker.auth import cluster_secret
 from hybridmq.broker.destinations.delivery import ConsumerLink
 from hybridmq.broker.log.config import LogConfig
 from hybridmq.broker.log_events import LogEventBuffer
-from hybridmq.broker.mm import acks, fetch_handler
+from hybridmq.broker.mm import acks, fetch_handler, reader_commit
 from hybridmq.broker.mm.internal_log import InternalLogHost, open_internal_log
 from hybridmq.broker.mm.partition import PartitionHost
 from hybridmq.broker.mm.storage import PartitionStorage
@@ -54,6 +54,7 @@ class MessageManager:
         self.config = config
         self.source = source
         self.hosts: dict[str, PartitionHost] = {}
+        self._requests: set[asyncio.Task[None]] = set()  # requests answered in the background
         self.links: dict[tuple[int, str], ConsumerLink] = {}
         self.conns: set[Connection] = set()
         self._wake = asyncio.Event()
@@ -251,6 +252,11 @@ class MessageManager:
                 conn.reply(frame, {"t": FrameType.PONG})
             elif t in (FrameType.FETCH, FrameType.FETCH_META):  # read by offset
                 fetch_handler.handle(self, conn, frame)
+            elif t == FrameType.READER_COMMIT:
+                # Waits for replication: answered from a task so the link keeps reading produces.
+                task = asyncio.create_task(reader_commit.handle(self, conn, frame))
+                self._requests.add(task)
+                task.add_done_callback(self._requests.discard)
             elif t == FrameType.ADMIN:
                 conn.reply(frame, {"t": FrameType.ADMIN_PART, "i": 0, "of": 1, "data": self.stats()})
             else:
