@@ -13,6 +13,7 @@ from hybridmq.spark.export import ExportWriter, export_source
 from hybridmq.spark.exported import ExportedLogSource
 from hybridmq.spark.offsets import EARLIEST, LATEST, limit_advance, parse_spec, resolve
 from hybridmq.spark.options import ReaderOptions
+from hybridmq.spark.positions import Position, decode, encode, next_offsets
 from hybridmq.spark.ranges import OffsetRange, plan_ranges
 from hybridmq.spark.reading import read_range
 from hybridmq.spark.schema import AUDIT_COLUMNS, COLUMNS, ROW_SCHEMA, arrow_schema, spark_ddl
@@ -139,3 +140,27 @@ def test_options_and_planning() -> None:
         ReaderOptions.parse({"path": "/x", "columns": "nope"})
     packed = pack_ranges([OffsetRange(str(i), "fixed", 0, n) for i, n in enumerate([9, 5, 4, 3, 1])], 2)
     assert sorted(sum(r.end - r.start for r in group) for group in packed) == [10, 12]  # greedy LPT
+
+
+def test_streaming_offsets_of_older_checkpoints_are_read() -> None:
+    old = {"fixed-0": 40, "od-1": 7}  # what a checkpoint held before positions remembered ends
+    assert decode(old) == {"fixed-0": Position(40, 40), "od-1": Position(7, 7)}
+    assert next_offsets(old) == old
+    new = encode({"od-1": Position(7, 12, "abc"), "a": Position(3, 3)})
+    assert list(new) == ["a", "od-1"] and new["od-1"] == {"offset": 7, "end": 12, "incarnation": "abc"}
+    assert decode(new)["od-1"] == Position(7, 12, "abc") and next_offsets(new) == {"a": 3, "od-1": 7}
+
+
+def test_headers_of_exports_written_as_string_maps_are_read_as_binary(tmp_path: Path) -> None:
+    writer = ExportWriter(tmp_path)
+    writer.append_rows("p", "fixed", rows_for("a", range(2)))
+    # Rewrite the segment as an older export stored it: headers map<string, string>.
+    (segment,) = (tmp_path / "p").glob("*.arrow")
+    table = pa.ipc.open_file(pa.py_buffer(segment.read_bytes())).read_all()
+    old_headers = pa.array([[("h", "0")], None], pa.map_(pa.string(), pa.string()))
+    table = table.set_column(table.schema.get_field_index("headers"), "headers", old_headers)
+    with pa.OSFile(str(segment), "wb") as sink, pa.ipc.new_file(sink, table.schema) as out:
+        out.write_table(table)
+    got = pa.Table.from_batches(list(ExportedLogSource(tmp_path).read_range("p", 0, 2, COLUMNS)))
+    assert got.schema.equals(ROW_SCHEMA)
+    assert got.column("headers").to_pylist() == [[{"key": "h", "value": b"0"}], None]
