@@ -14,7 +14,6 @@ Checkpoints written before (``{"od-0": 40}``) are read as ``offset`` = ``end`` =
 incarnation.
 """
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -62,7 +61,3 @@ def encode(positions: Mapping[str, Position]) -> dict[str, Any]:
 def next_offsets(offset: Mapping[str, Any]) -> dict[str, int]:
     """``{partition: next offset to read}`` of a streaming offset (either JSON shape)."""
     return {name: pos.offset for name, pos in decode(offset).items()}
-
-
-def dumps(offset: Mapping[str, Any]) -> str:
-    return json.dumps(offset, sort_keys=True)
