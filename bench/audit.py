@@ -1,14 +1,16 @@
-"""Benchmark: the Spark delivery audit against the same check in plain Python, same data, same run.
+"""Benchmark: the Spark delivery audit against the same check on one machine, same data, same run.
 
     .venv/bin/python bench/audit.py [--records 10000000] [--dir /tmp/hybridmq-bench-audit]
 
 Generates (untimed) an exported log of ``--records`` records: fixed partitions with interleaved
 keyed producers and on-demand partitions whose producers move to another partition half-way (a
-failover). Then times the Spark audit (``hybridmq.spark.audit.job.run_audit``) and the plain-Python
-baseline (``hybridmq.spark.audit.baseline``) ``--repeat`` times each, alternating, checks that both
-agree and pass, and appends a JSON line to ``bench/results/audit.jsonl``. Start-up is timed apart:
-the SparkSession, and a 16k-record audit that starts the Python workers. The output ends with
-``records=… spark_s=… baseline_s=… ratio=…`` (medians; ratio = baseline_s / spark_s).
+failover). Then times the Spark audit (``hybridmq.spark.audit.job.run_audit``), the plain-Python
+baseline and the vectorized (numpy, one thread) baseline (both in ``hybridmq.spark.audit.baseline``)
+``--repeat`` times each, alternating, checks that all agree and pass, and appends a JSON line to
+``bench/results/audit.jsonl``. Start-up is timed apart: the SparkSession, and a 16k-record audit that
+starts the Python workers. The output ends with ``records=… spark_s=… baseline_s=… ratio=…
+vectorized_s=… spark_vs_vectorized=…`` (medians; ratio = baseline_s / spark_s, spark_vs_vectorized =
+vectorized_s / spark_s: 1.0 means Spark on all cores is as fast as the best single-thread run).
 """
 
 import argparse
@@ -21,6 +23,7 @@ import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -107,6 +110,24 @@ def generate(root: Path, records: int, seed: int = 7) -> dict[str, int]:
     return {"records": 4 * per_partition + 4 * per_partition, "partitions": 8, "producers": 64}
 
 
+def finish(path: Path, line: dict[str, Any], args: argparse.Namespace, load_before: float) -> None:
+    """Append one JSON line with the machine's figures (cores, load before and after) to ``path``;
+    remove the generated log unless ``--keep``."""
+    if not args.keep:
+        shutil.rmtree(args.dir, ignore_errors=True)
+    line = {
+        **line,
+        "master": args.master,
+        "cpus": os.cpu_count(),
+        "loadavg_before": round(load_before, 2),
+        "loadavg_after": round(os.getloadavg()[0], 2),
+        "python": platform.python_version(),
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as handle:
+        handle.write(json.dumps(line) + "\n")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=10_000_000)
@@ -128,7 +149,7 @@ def main() -> int:
         shape = generate(root, args.records)
     print(f"generated {shape['records']} records in {time.perf_counter() - began:.1f}s at {root}", flush=True)
 
-    from hybridmq.spark.audit.baseline import baseline_audit
+    from hybridmq.spark.audit.baseline import baseline_audit, vectorized_audit
     from hybridmq.spark.audit.job import run_audit
     from hybridmq.spark.audit.report import build_report, verdict_line
     from hybridmq.spark.session import build_session
@@ -152,6 +173,7 @@ def main() -> int:
         # Alternate the two so that both see the same (shared, noisy) machine; report medians.
         spark_runs: list[float] = []
         baseline_runs: list[float] = []
+        vectorized_runs: list[float] = []
         for i in range(args.repeat):
             began = time.perf_counter()
             result = run_audit(spark, {"path": str(root)}, first_sequence=0)
@@ -162,6 +184,10 @@ def main() -> int:
             base = baseline_audit(str(root), first_sequence=0)
             baseline_runs.append(time.perf_counter() - began)
             print(f"run {i}: baseline {baseline_runs[-1]:.2f}s  {base}", flush=True)
+            began = time.perf_counter()
+            fast = vectorized_audit(str(root), first_sequence=0)
+            vectorized_runs.append(time.perf_counter() - began)
+            print(f"run {i}: vectorized {vectorized_runs[-1]:.2f}s  {fast}", flush=True)
         if args.datasource:
             began = time.perf_counter()
             run_audit(spark, {"path": str(root)}, first_sequence=0, via="datasource")
@@ -171,13 +197,16 @@ def main() -> int:
         spark.stop()
     spark_s = statistics.median(spark_runs)
     baseline_s = statistics.median(baseline_runs)
+    vectorized_s = statistics.median(vectorized_runs)
     print(f"start-up, apart: session {session_s:.2f}s, Python worker warm-up {warmup_s:.2f}s", flush=True)
 
     totals = report["totals"]
-    agree = all(totals[k] == base[k] for k in ("records", "missing", "duplicates", "order_violations"))
+    keys = ("records", "missing", "duplicates", "order_violations")
+    agree = all(totals[k] == base[k] == fast[k] for k in keys)
     if not agree or report["verdict"] != "PASS":
-        print(f"MISMATCH or FAIL: spark={totals} baseline={base}", file=sys.stderr)
+        print(f"MISMATCH or FAIL: spark={totals} baseline={base} vectorized={fast}", file=sys.stderr)
     ratio = baseline_s / spark_s
+    versus = vectorized_s / spark_s
     line = {
         "bench": "audit",
         "time": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -193,20 +222,17 @@ def main() -> int:
         "spark_runs": [round(x, 3) for x in spark_runs],
         "baseline_runs": [round(x, 3) for x in baseline_runs],
         "ratio": round(ratio, 2),
+        "vectorized_s": round(vectorized_s, 3),
+        "vectorized_runs": [round(x, 3) for x in vectorized_runs],
+        "spark_vs_vectorized": round(versus, 2),
         "agree": agree,
         "verdict": report["verdict"],
-        "master": args.master,
-        "cpus": os.cpu_count(),
-        "loadavg_before": round(load_before, 2),
-        "loadavg_after": round(os.getloadavg()[0], 2),
-        "python": platform.python_version(),
     }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    with RESULTS.open("a") as handle:
-        handle.write(json.dumps(line) + "\n")
-    if not args.keep:
-        shutil.rmtree(root, ignore_errors=True)
-    print(f"records={totals['records']} spark_s={spark_s:.2f} baseline_s={baseline_s:.2f} ratio={ratio:.2f}")
+    finish(RESULTS, line, args, load_before)
+    print(
+        f"records={totals['records']} spark_s={spark_s:.2f} baseline_s={baseline_s:.2f} ratio={ratio:.2f}"
+        f" vectorized_s={vectorized_s:.2f} spark_vs_vectorized={versus:.2f}"
+    )
     return 0 if agree and report["verdict"] == "PASS" else 1
 
 

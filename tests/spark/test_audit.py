@@ -9,7 +9,7 @@ from pyspark.sql import SparkSession
 from spark_helpers import clean_log, interleaved, rows_for
 
 from hybridmq.spark.audit import main
-from hybridmq.spark.audit.baseline import baseline_audit
+from hybridmq.spark.audit.baseline import baseline_audit, vectorized_audit
 from hybridmq.spark.audit.chunk import summarize
 from hybridmq.spark.audit.job import run_audit
 from hybridmq.spark.audit.producer import audit_all
@@ -65,6 +65,13 @@ def test_kernel_on_clean_and_faulty_logs(tmp_path: Path) -> None:
         assert {k: totals[k] for k in COUNTS[:-1]} == {k: EXPECTED[k] for k in COUNTS[:-1]}, split
     base = baseline_audit(str(tmp_path / "bad"))
     assert {k: base[k] for k in COUNTS[:-1]} == {k: EXPECTED[k] for k in COUNTS[:-1]}
+    fast = vectorized_audit(str(tmp_path / "bad"))
+    assert {k: fast[k] for k in COUNTS[:-1]} == {k: EXPECTED[k] for k in COUNTS[:-1]}
+    assert fast["producers"] == 5
+    clean = vectorized_audit(str(tmp_path / "clean"), first_sequence=0)
+    assert clean == {"records": 95, "producers": 4, "missing": 0, "duplicates": 0, "order_violations": 0}
+    # every producer starts at 0: two more missing each when sequences should start at -2
+    assert vectorized_audit(str(tmp_path / "bad"), first_sequence=-2)["missing"] == 1 + 5 * 2
 
 
 @pytest.mark.spark

@@ -1,6 +1,7 @@
 """Streaming reads of exported logs: admission control, checkpoints, replay, on-demand partitions."""
 
 import json
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -51,7 +52,9 @@ def test_admission_control_and_restart_from_checkpoint(spark: SparkSession, tmp_
     per_batch = [sum(1 for b, _, _ in seen if b == i) for i in range(3)]
     assert per_batch == [40, 40, 15]
     ends = [json.loads(p["sources"][0]["endOffset"]) for p in query.recentProgress if p["numInputRows"]]
-    assert ends[-1] == {"fixed-0": 50, "fixed-1": 25, "od-0": 10, "od-1": 10}
+    assert {name: pos["offset"] for name, pos in ends[-1].items()} == {
+        "fixed-0": 50, "fixed-1": 25, "od-0": 10, "od-1": 10
+    }  # fmt: skip
     assert sorted((p, o) for _, p, o in seen) == sorted(set((p, o) for _, p, o in seen))
     assert len(seen) == 95
 
@@ -169,3 +172,80 @@ def test_starting_and_ending_offsets_with_sentinels(spark: SparkSession, tmp_pat
         + [("od-0", o) for o in range(10)]
         + [("od-1", o) for o in range(5)]
     )
+
+
+def run_one_batch(spark: SparkSession, log: Path, checkpoint: str, seen: Seen, **options: str) -> None:
+    """Start a query whose trigger fires once an hour: it runs its first batch, then is stopped."""
+    query = (
+        stream(spark, log, **options)
+        .writeStream.foreachBatch(collector(seen))
+        .option("checkpointLocation", checkpoint)
+        .trigger(processingTime="1 hour")
+        .start()
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not any(p["batchId"] == 0 for p in query.recentProgress):
+            assert query.isActive and time.monotonic() < deadline, query.exception()
+            time.sleep(0.2)
+    finally:
+        query.stop()
+
+
+def test_partition_deleted_while_stopped_fails_the_restarted_query(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    log, checkpoint = tmp_path / "log", str(tmp_path / "ck")
+    writer = clean_log(log)
+    writer.append_rows("od-2", "on-demand", rows_for("e", range(60)))
+    first: Seen = []
+    run_one_batch(spark, log, checkpoint, first, maxRecordsPerBatch="60")
+    read_od2 = sorted(o for _, p, o in first if p == "od-2")
+    assert len(first) == 60 and read_od2 == list(range(len(read_od2))) and len(read_od2) < 60
+    writer.delete_partition("od-2")  # while the query is stopped, with records it has not read
+
+    lost = rf"partition od-2 is gone: offsets \[{len(read_od2)}, 60\) were not read"
+    with pytest.raises(StreamingQueryException, match=lost):
+        restart(spark, log, checkpoint)  # failOnDataLoss defaults to true, as in Kafka
+    with pytest.raises(StreamingQueryException, match=lost):
+        restart(spark, log, checkpoint, failOnDataLoss="true")
+    rest = restart(spark, log, checkpoint, failOnDataLoss="false")
+    assert sorted((p, o) for _, p, o in first + rest) == sorted(
+        [(p, o) for p, n in (("fixed-0", 50), ("fixed-1", 25), ("od-0", 10), ("od-1", 10)) for o in range(n)]
+        + [("od-2", o) for o in read_od2]
+    )
+
+
+def restart(spark: SparkSession, log: Path, checkpoint: str, **options: str) -> Seen:
+    seen: Seen = []
+    query = (
+        stream(spark, log, **options)
+        .writeStream.foreachBatch(collector(seen))
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
+    try:
+        query.awaitTermination(120)
+    finally:
+        query.stop()
+    return seen
+
+
+def test_partition_re_created_under_the_same_name_is_noticed(spark: SparkSession, tmp_path: Path) -> None:
+    log, checkpoint = tmp_path / "log", str(tmp_path / "ck")
+    writer = clean_log(log)
+    writer.append_rows("od-2", "on-demand", rows_for("e", range(60)))
+    first: Seen = []
+    run_one_batch(spark, log, checkpoint, first, maxRecordsPerBatch="60")
+    read_od2 = sum(1 for _, p, _ in first if p == "od-2")
+    assert 0 < read_od2 < 60
+    writer.delete_partition("od-2")
+    writer.append_rows("od-2", "on-demand", rows_for("f", range(80)))  # same name, longer, new records
+
+    lost = rf"partition od-2 was deleted and re-created: offsets \[{read_od2}, 60\) were not read"
+    with pytest.raises(StreamingQueryException, match=lost):
+        restart(spark, log, checkpoint)
+    again = restart(spark, log, checkpoint, failOnDataLoss="false")
+    # The new od-2 is read from its beginning, not from where the old one was left.
+    assert sorted(o for _, p, o in again if p == "od-2") == list(range(80))

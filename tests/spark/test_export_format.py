@@ -13,6 +13,7 @@ from hybridmq.spark.export import ExportWriter, export_source
 from hybridmq.spark.exported import ExportedLogSource
 from hybridmq.spark.offsets import EARLIEST, LATEST, limit_advance, parse_spec, resolve
 from hybridmq.spark.options import ReaderOptions
+from hybridmq.spark.positions import Position, decode, encode, next_offsets
 from hybridmq.spark.ranges import OffsetRange, plan_ranges
 from hybridmq.spark.reading import read_range
 from hybridmq.spark.schema import AUDIT_COLUMNS, COLUMNS, ROW_SCHEMA, arrow_schema, spark_ddl
@@ -28,7 +29,9 @@ def test_arrow_schema_is_exactly_what_spark_expects() -> None:
         "BIGINT": T.LongType(),
         "BINARY": T.BinaryType(),
         "TIMESTAMP": T.TimestampType(),
-        "MAP<STRING, STRING>": T.MapType(T.StringType(), T.StringType()),
+        "ARRAY<STRUCT<key: STRING, value: BINARY>>": T.ArrayType(
+            T.StructType([T.StructField("key", T.StringType()), T.StructField("value", T.BinaryType())])
+        ),
     }
     for part in spark_ddl().split(", `"):
         name, _, kind = part.strip("`").partition("` ")
@@ -40,7 +43,8 @@ def test_roundtrip_listing_and_ranges(tmp_path: Path) -> None:
     clean_log(tmp_path)
     source = ExportedLogSource(tmp_path)
     listed = source.list_partitions()
-    assert listed == [
+    assert len({p.incarnation for p in listed} - {None}) == 4  # each partition has its own
+    assert [PartitionInfo(p.name, p.type, p.start, p.end) for p in listed] == [
         PartitionInfo("fixed-0", "fixed", 0, 50),
         PartitionInfo("fixed-1", "fixed", 0, 25),
         PartitionInfo("od-0", "on-demand", 0, 10),
@@ -52,7 +56,7 @@ def test_roundtrip_listing_and_ranges(tmp_path: Path) -> None:
     assert table.column("offset").to_pylist() == list(range(5, 12))
     row = table.slice(0, 1).to_pylist()[0]
     assert row["partition"] == "fixed-0" and row["partition_type"] == "fixed"
-    assert row["headers"] == [("h", str(row["sequence"]))]
+    assert row["headers"] == [{"key": "h", "value": str(row["sequence"]).encode()}]
     projected = pa.Table.from_batches(list(source.read_range("fixed-1", 0, 100, AUDIT_COLUMNS)))
     assert projected.schema.equals(arrow_schema(AUDIT_COLUMNS)) and projected.num_rows == 25
 
@@ -94,24 +98,25 @@ def test_export_source_copies_a_source(tmp_path: Path) -> None:
     clean_log(tmp_path / "a")
     copied = export_source(ExportedLogSource(tmp_path / "a"), tmp_path / "b")
     assert copied["fixed-0"] == (0, 50)
-    assert (
-        ExportedLogSource(tmp_path / "b").list_partitions()
-        == ExportedLogSource(tmp_path / "a").list_partitions()
-    )
+
+    def shape(root: Path) -> list[tuple[str, str, int, int]]:
+        return [(p.name, p.type, p.start, p.end) for p in ExportedLogSource(root).list_partitions()]
+
+    assert shape(tmp_path / "b") == shape(tmp_path / "a")
 
 
 def test_offset_specs() -> None:
     parts = [PartitionInfo("a", "fixed", 3, 10), PartitionInfo("b", "on-demand", 0, 4)]
-    assert parse_spec(None, EARLIEST) == EARLIEST
-    assert parse_spec("latest", EARLIEST) == LATEST
-    spec = parse_spec('{"a": -1, "b": 2}', EARLIEST)
+    assert parse_spec("startingOffsets", None, EARLIEST) == EARLIEST
+    assert parse_spec("startingOffsets", "latest", EARLIEST) == LATEST
+    spec = parse_spec("startingOffsets", '{"a": -1, "b": 2}', EARLIEST)
     assert resolve(spec, parts, EARLIEST) == {"a": 10, "b": 2}
-    assert resolve(parse_spec('{"a": -2}', EARLIEST), parts, LATEST) == {"a": 3, "b": 4}
+    assert resolve(parse_spec("endingOffsets", '{"a": -2}', EARLIEST), parts, LATEST) == {"a": 3, "b": 4}
     assert resolve(EARLIEST, parts, LATEST) == {"a": 3, "b": 0}
-    with pytest.raises(ValueError):
-        parse_spec('{"a": "x"}', EARLIEST)
-    with pytest.raises(ValueError):
-        parse_spec("soon", EARLIEST)
+    with pytest.raises(ValueError, match="option startingOffsets"):
+        parse_spec("startingOffsets", '{"a": "x"}', EARLIEST)
+    with pytest.raises(ValueError, match="option endingOffsets"):
+        parse_spec("endingOffsets", "soon", EARLIEST)
 
 
 def test_limit_advance_is_fair_and_bounded() -> None:
@@ -135,3 +140,27 @@ def test_options_and_planning() -> None:
         ReaderOptions.parse({"path": "/x", "columns": "nope"})
     packed = pack_ranges([OffsetRange(str(i), "fixed", 0, n) for i, n in enumerate([9, 5, 4, 3, 1])], 2)
     assert sorted(sum(r.end - r.start for r in group) for group in packed) == [10, 12]  # greedy LPT
+
+
+def test_streaming_offsets_of_older_checkpoints_are_read() -> None:
+    old = {"fixed-0": 40, "od-1": 7}  # what a checkpoint held before positions remembered ends
+    assert decode(old) == {"fixed-0": Position(40, 40), "od-1": Position(7, 7)}
+    assert next_offsets(old) == old
+    new = encode({"od-1": Position(7, 12, "abc"), "a": Position(3, 3)})
+    assert list(new) == ["a", "od-1"] and new["od-1"] == {"offset": 7, "end": 12, "incarnation": "abc"}
+    assert decode(new)["od-1"] == Position(7, 12, "abc") and next_offsets(new) == {"a": 3, "od-1": 7}
+
+
+def test_headers_of_exports_written_as_string_maps_are_read_as_binary(tmp_path: Path) -> None:
+    writer = ExportWriter(tmp_path)
+    writer.append_rows("p", "fixed", rows_for("a", range(2)))
+    # Rewrite the segment as an older export stored it: headers map<string, string>.
+    (segment,) = (tmp_path / "p").glob("*.arrow")
+    table = pa.ipc.open_file(pa.py_buffer(segment.read_bytes())).read_all()
+    old_headers = pa.array([[("h", "0")], None], pa.map_(pa.string(), pa.string()))
+    table = table.set_column(table.schema.get_field_index("headers"), "headers", old_headers)
+    with pa.OSFile(str(segment), "wb") as sink, pa.ipc.new_file(sink, table.schema) as out:
+        out.write_table(table)
+    got = pa.Table.from_batches(list(ExportedLogSource(tmp_path).read_range("p", 0, 2, COLUMNS)))
+    assert got.schema.equals(ROW_SCHEMA)
+    assert got.column("headers").to_pylist() == [[{"key": "h", "value": b"0"}], None]

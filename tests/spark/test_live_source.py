@@ -18,12 +18,14 @@ class FakeFetcher:
     batches: list[dict[str, Any]] = [
         {"base_offset": 0, "count": 3, "destination": "queue:o", "producer_id": "7", "producer_epoch": 0,
          "base_sequence": 0, "control": False,
-         "records": [[b"a", b"k", {"h": 1}, 1_780_000_000_000], [b"b", None, None, 1_780_000_000_001],
+         "records": [[b"a", b"k", {"h": 1, "b": b"\x00", "n": None}, 1_780_000_000_000],
+                     [b"b", None, None, 1_780_000_000_001],
                      [b"c", "s", {}, 1_780_000_000_002]]},
         {"base_offset": 3, "count": 1, "control": True, "records": []},
         {"base_offset": 4, "count": 2, "destination": "queue:o", "producer_id": "7", "producer_epoch": 1,
          "base_sequence": 0, "control": False,
-         "records": [[b"d", None, None, 1_780_000_000_003], [b"e", None, None, 1_780_000_000_004]]},
+         "records": [[b"d", None, {"t": "text", "f": 1.5}, 1_780_000_000_003],
+                     [b"e", None, None, 1_780_000_000_004]]},
     ]  # fmt: skip
 
     @classmethod
@@ -56,6 +58,12 @@ def test_reads_ranges_into_the_row_schema(fake_fetch: None) -> None:
     assert [r["offset"] for r in rows] == [1, 2, 4, 5]
     assert [(r["producer_id"], r["sequence"]) for r in rows] == [("7", 1), ("7", 2), ("7.1", 0), ("7.1", 1)]
     assert rows[1]["key"] == b"s" and rows[1]["headers"] is None and rows[0]["partition_type"] == "fixed"
+    # header values are bytes as a Kafka client sends them, not Python reprs
+    assert rows[2]["headers"] == [{"key": "t", "value": b"text"}, {"key": "f", "value": b"1.5"}]
+    first = pa.Table.from_batches(list(source.read_range("fixed-0", 0, 1, ["headers"]))).to_pylist()[0]
+    assert first["headers"] == [
+        {"key": "h", "value": b"1"}, {"key": "b", "value": b"\x00"}, {"key": "n", "value": None}
+    ]  # fmt: skip
 
 
 def test_unknown_partition_is_gone(fake_fetch: None) -> None:

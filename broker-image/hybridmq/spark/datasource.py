@@ -6,16 +6,19 @@ Register and read::
     spark.dataSource.register(HybridMQDataSource)
     df = spark.read.format("hybridmq").option("path", "/exports/run-1").load()
     stream = (spark.readStream.format("hybridmq").option("bootstrap", "127.0.0.1:7000")
-              .option("maxRecordsPerBatch", 100_000).load())
+              .option("maxOffsetsPerTrigger", 100_000).load())
 
 Options are documented in :mod:`hybridmq.spark.options`. Each broker partition (or each
 ``offsetsPerSplit`` slice of it) becomes one Spark input partition whose rows arrive in offset
-order. Streaming offsets are ``{partition: next offset}``; a partition missing from a start offset
-map (one that appeared after it) is read from offset 0, so a restarted query replays exactly the
-checkpointed ``[start, end)`` ranges.
+order. Streaming offsets (:mod:`hybridmq.spark.positions`) hold, per partition, the next offset to
+read, its end when last listed and its incarnation: a partition missing from a start offset (one
+that appeared after it, or was re-created) is read from offset 0, so a restarted query replays
+exactly the checkpointed ``[start, end)`` ranges, and a partition that vanished with unread records,
+even while the query was stopped, is reported with the exact lost range (``failOnDataLoss``).
 """
 
 import logging
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -29,13 +32,23 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from hybridmq.spark.offsets import EARLIEST, LATEST, OffsetMap, limit_advance, resolve
+from hybridmq.spark.offsets import (
+    EARLIEST,
+    LATEST,
+    OffsetMap,
+    check_named,
+    check_within,
+    limit_advance,
+    resolve,
+)
 from hybridmq.spark.options import ReaderOptions
+from hybridmq.spark.positions import Position, decode, encode, next_offsets
 from hybridmq.spark.ranges import OffsetRange, plan_ranges
 from hybridmq.spark.reader_cursor import commit_processed
 from hybridmq.spark.reading import read_range
 from hybridmq.spark.schema import parse_columns, spark_ddl
 from hybridmq.spark.source import PartitionInfo, open_source
+from hybridmq.spark.timestamps import resolve_timestamps
 
 log = logging.getLogger("hybridmq.spark")
 
@@ -71,15 +84,50 @@ def _list(opts: ReaderOptions) -> list[PartitionInfo]:
         source.close()
 
 
+def starting_offsets(opts: ReaderOptions, infos: list[PartitionInfo]) -> OffsetMap:
+    """``startingOffsets`` (and ``startingOffsetsByTimestamp``) for ``infos``, checked."""
+    check_named("startingOffsets", opts.starting, infos)
+    starting = resolve(opts.starting, infos, EARLIEST)
+    check_within("startingOffsets", starting, infos)
+    if opts.starting_timestamps:
+        check_named("startingOffsetsByTimestamp", opts.starting_timestamps, infos)
+        source = open_source(opts.source)
+        try:
+            starting.update(resolve_timestamps(source, opts.starting_timestamps, infos))
+        finally:
+            source.close()
+    return starting
+
+
+def ending_offsets(opts: ReaderOptions, infos: list[PartitionInfo]) -> OffsetMap:
+    check_named("endingOffsets", opts.ending, infos)
+    return resolve(opts.ending, infos, LATEST)
+
+
 class HybridMQBatchReader(DataSourceReader):
     def __init__(self, opts: ReaderOptions) -> None:
         self.opts = opts
 
     def partitions(self) -> list[InputPartition]:
+        if self.opts.starting == LATEST:
+            raise ValueError(
+                "option startingOffsets: 'latest' is not allowed in a batch query (nothing to read)"
+            )
+        if self.opts.ending == EARLIEST:
+            raise ValueError(
+                "option endingOffsets: 'earliest' is not allowed in a batch query (nothing to read)"
+            )
         infos = _list(self.opts)
-        starting = resolve(self.opts.starting, infos, EARLIEST)
-        ending = resolve(self.opts.ending, infos, LATEST)
-        spans = [(p.name, p.type, starting[p.name], min(ending[p.name], p.end)) for p in infos]
+        starting = starting_offsets(self.opts, infos)
+        ending = ending_offsets(self.opts, infos)
+        check_within("endingOffsets", ending, infos)
+        for p in infos:
+            if starting[p.name] > ending[p.name]:
+                raise ValueError(
+                    f"option startingOffsets starts partition {p.name} at {starting[p.name]}, after where"
+                    f" option endingOffsets ends it ({ending[p.name]})"
+                )
+        spans = [(p.name, p.type, starting[p.name], ending[p.name]) for p in infos]
         return list(plan_ranges(spans, self.opts.offsets_per_split))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -89,24 +137,52 @@ class HybridMQBatchReader(DataSourceReader):
 
 
 class HybridMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Micro-batch reader. Lives in one driver-side Python process for the whole query run."""
+    """Micro-batch reader. Lives in one driver-side Python process for the whole query run.
+
+    It keeps no state that matters across restarts: everything it needs to notice lost data is in
+    the offsets Spark checkpoints (:mod:`hybridmq.spark.positions`).
+    """
 
     def __init__(self, opts: ReaderOptions) -> None:
         self.opts = opts
         self._types: dict[str, str] = {}
-        self._last_seen_end: dict[str, int] = {}
         self._available_now: OffsetMap | None = None
+        self._last_batch = time.monotonic()  # for minOffsetsPerTrigger / maxTriggerDelay
 
     # -- offsets -----------------------------------------------------------------------------
     def _refresh(self) -> list[PartitionInfo]:
         infos = _list(self.opts)
         for info in infos:
             self._types[info.name] = info.type
-            self._last_seen_end[info.name] = info.end
         return infos
 
+    def _caps(self, infos: list[PartitionInfo]) -> dict[str, int]:
+        """How far each partition may be read now: its end, ``endingOffsets``, an availableNow target."""
+        ending = None if self.opts.ending == LATEST else ending_offsets(self.opts, infos)
+        caps: dict[str, int] = {}
+        for info in infos:
+            cap = info.end
+            if ending is not None:
+                cap = min(cap, ending[info.name])
+            if self._available_now is not None:
+                if info.name not in self._available_now:
+                    continue  # appeared after the availableNow target was fixed
+                cap = min(cap, self._available_now[info.name])
+            caps[info.name] = cap
+        return caps
+
     def initialOffset(self) -> dict:
-        return resolve(self.opts.starting, self._refresh(), EARLIEST)
+        infos = self._refresh()
+        starting = starting_offsets(self.opts, infos)
+        caps = self._caps(infos)
+        return encode(
+            {
+                p.name: Position(
+                    starting[p.name], max(starting[p.name], caps.get(p.name, p.end)), p.incarnation
+                )
+                for p in infos
+            }
+        )
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.opts.max_records_per_batch is None:
@@ -120,58 +196,70 @@ class HybridMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {p.name: p.end for p in self._refresh()}
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        known_before = dict(self._last_seen_end)
+        begin = decode(start)
         infos = self._refresh()
         listed = {p.name: p for p in infos}
-        self._check_gone(start, listed, known_before)
-        ending = None if self.opts.ending == LATEST else resolve(self.opts.ending, infos, LATEST)
+        for name, gone in begin.items():
+            if name not in listed:
+                self._lost(name, gone, "is gone")
+        caps = self._caps(infos)
         from_offsets: OffsetMap = {}
         available: OffsetMap = {}
         for info in infos:
-            begin = int(start[info.name]) if info.name in start else info.start
-            cap = info.end
-            if ending is not None:
-                cap = min(cap, ending[info.name])
-            if self._available_now is not None:
-                if info.name not in self._available_now:
-                    continue  # appeared after the availableNow target was fixed
-                cap = min(cap, self._available_now[info.name])
-            if info.end < begin:
-                self._data_loss(f"partition {info.name} ends at {info.end}, before offset {begin}")
-            from_offsets[info.name] = begin
-            available[info.name] = max(begin, cap)
+            if info.name not in caps:
+                continue
+            pos: Position | None = begin.get(info.name)
+            if pos is not None and not pos.same_partition(info.incarnation):
+                self._lost(info.name, pos, "was deleted and re-created")
+                pos = None
+            offset = 0 if pos is None else pos.offset  # a new partition is read from its beginning
+            if info.end < offset:
+                self._data_loss(f"partition {info.name} ends at {info.end}, before offset {offset}")
+            from_offsets[info.name] = offset
+            available[info.name] = max(offset, caps[info.name])
         if isinstance(limit, ReadMaxRows):
             end = limit_advance(from_offsets, available, limit.max_rows)
         else:
             end = available
-        # A partition not in `start` is read from 0 by partitions(); keep `start`'s own entries
-        # for listed partitions only (gone ones are dropped, as Kafka drops deleted partitions).
-        return {name: (end[name] if name in end else int(start.get(name, 0))) for name in sorted(end)}
+        if not self._enough(from_offsets, end):
+            return start
+        positions = {
+            p.name: Position(end[p.name], available[p.name], p.incarnation) for p in infos if p.name in end
+        }
+        latest = encode(positions)
+        if latest != start:
+            self._last_batch = time.monotonic()
+        return latest
 
-    def _check_gone(self, start: dict, listed: dict[str, PartitionInfo], known: dict[str, int]) -> None:
-        for name, offset in start.items():
-            if name in listed:
-                continue
-            last_end = known.get(name)
-            if last_end is not None and int(offset) < last_end:
-                self._data_loss(f"partition {name} is gone with offsets [{offset}, {last_end}) not read")
-            else:
-                log.info("partition %s is gone (read up to %s)", name, offset)
-            self._last_seen_end.pop(name, None)
+    def _enough(self, begin: OffsetMap, end: OffsetMap) -> bool:
+        """minOffsetsPerTrigger: wait for that many offsets, or until maxTriggerDelay has passed."""
+        wanted = self.opts.min_offsets_per_trigger
+        if wanted is None or self._available_now is not None:
+            return True
+        waited_ms = (time.monotonic() - self._last_batch) * 1000
+        return sum(end[p] - begin[p] for p in end) >= wanted or waited_ms >= self.opts.max_trigger_delay_ms
+
+    def _lost(self, name: str, pos: Position, what: str) -> None:
+        if pos.offset < pos.end:
+            self._data_loss(f"partition {name} {what}: offsets [{pos.offset}, {pos.end}) were not read")
+        else:
+            log.info("partition %s %s (read up to %d)", name, what, pos.offset)
 
     def _data_loss(self, message: str) -> None:
         if self.opts.fail_on_data_loss:
             raise RuntimeError(f"{message} (set failOnDataLoss=false to go on)")
-        log.warning("%s (failOnDataLoss=false)", message)
+        log.warning("%s; skipping them (failOnDataLoss=false)", message)
 
     # -- planning and reading ------------------------------------------------------------------
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
-        if any(name not in self._types for name in end):
+        begin, stop = decode(start), decode(end)
+        if any(name not in self._types for name in stop):
             self._refresh()
-        spans = [
-            (name, self._types.get(name, ""), int(start.get(name, 0)), int(stop))
-            for name, stop in sorted(end.items())
-        ]
+        spans = []
+        for name, pos in sorted(stop.items()):
+            prev = begin.get(name)
+            offset = prev.offset if prev is not None and prev.same_partition(pos.incarnation) else 0
+            spans.append((name, self._types.get(name, ""), offset, pos.offset))
         return list(plan_ranges(spans, self.opts.offsets_per_split))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -180,7 +268,11 @@ class HybridMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return read_range(self.opts.source, partition, self.opts.columns, self.opts.fail_on_data_loss)
 
     def commit(self, end: dict) -> None:
-        commit_processed(self.opts.source, end)  # option readerName: hold what is not read yet
+        """Spark calls this once the batch that ends at ``end`` is done (``next_offsets(end)``).
+
+        With option ``readerName`` the processed offsets become that reader's cursor, so GC and
+        retention hold what it has not read yet."""
+        commit_processed(self.opts.source, next_offsets(end))
 
     def stop(self) -> None:
         pass

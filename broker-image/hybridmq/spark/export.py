@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import sys
+import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -31,6 +32,7 @@ from hybridmq.spark.exported import (
     partition_dir,
     segment_name,
 )
+from hybridmq.spark.headers import header_rows
 from hybridmq.spark.schema import COLUMNS, ROW_SCHEMA
 from hybridmq.spark.source import PartitionSource
 
@@ -63,7 +65,8 @@ class ExportWriter:
         meta = pdir / PARTITION_FILE
         if not meta.exists():
             pdir.mkdir(parents=True, exist_ok=True)
-            _atomic_write_text(meta, json.dumps({"name": name, "type": partition_type}))
+            meta_json = {"name": name, "type": partition_type, "incarnation": uuid.uuid4().hex}
+            _atomic_write_text(meta, json.dumps(meta_json))
         return pdir
 
     def end_offset(self, name: str) -> int:
@@ -155,7 +158,7 @@ def _py_value(column: str, value: Any) -> Any:
     if column in ("key", "value") and isinstance(value, str):
         return value.encode()
     if column == "headers" and isinstance(value, Mapping):
-        return list(value.items())
+        return header_rows(value)
     if column == "timestamp" and isinstance(value, int | float):
         return datetime.fromtimestamp(value, UTC)
     return value

@@ -4,7 +4,8 @@ Format (version 1), one directory::
 
     <root>/_hybridmq_export.json          {"format": "hybridmq-export", "version": 1}
     <root>/<quoted partition name>/       urllib.parse.quote(name, safe="")
-        _partition.json                   {"name": "...", "type": "fixed" | "on-demand"}
+        _partition.json                   {"name": "...", "type": "fixed" | "on-demand",
+                                           "incarnation": "<random id, new on each creation>"}
         <base:020d>-<end:020d>.arrow      Arrow IPC *file* with the row columns (schema.COLUMNS,
                                           in that order), records at offsets in [base, end) in
                                           increasing offset order, record batches <= 64Ki rows
@@ -19,6 +20,8 @@ whole segments only (dot files are ignored). The log start of a partition is the
 segment and its end the end of its last; an empty partition has start = end = 0. A partition that is
 garbage collected disappears as a whole directory; trimming deletes whole leading segments.
 Offsets inside a segment may have holes (control records); the names bound them.
+A partition deleted and re-created under the same name gets a new ``incarnation`` (exports written
+before it existed: the inode and modification time of ``_partition.json`` stand in for it).
 """
 
 import json
@@ -31,6 +34,7 @@ from urllib.parse import quote
 import numpy as np
 import pyarrow as pa
 
+from hybridmq.spark.headers import from_string_map
 from hybridmq.spark.schema import ROW_SCHEMA, arrow_schema
 from hybridmq.spark.source import DataLossError, PartitionGoneError, PartitionInfo
 
@@ -77,17 +81,31 @@ def list_segments(pdir: Path) -> list[Segment]:
     return segments
 
 
-def read_partition_meta(pdir: Path) -> tuple[str, str]:
-    meta = json.loads((pdir / PARTITION_FILE).read_text())
-    return str(meta["name"]), str(meta["type"])
+def read_partition_meta(pdir: Path) -> tuple[str, str, str]:
+    """``(name, type, incarnation)`` of a partition directory (FileNotFoundError if it is gone)."""
+    path = pdir / PARTITION_FILE
+    meta = json.loads(path.read_text())
+    incarnation = meta.get("incarnation")
+    if not incarnation:
+        stat = path.stat()
+        incarnation = f"file-{stat.st_ino}-{stat.st_mtime_ns}"
+    return str(meta["name"]), str(meta["type"]), str(incarnation)
 
 
 def decoded(batch: pa.RecordBatch) -> pa.RecordBatch:
     """The batch with dictionary-encoded columns decoded (the exact row schema types)."""
-    if not any(pa.types.is_dictionary(f.type) for f in batch.schema):
+    if not any(pa.types.is_dictionary(f.type) or pa.types.is_map(f.type) for f in batch.schema):
         return batch
-    arrays = [c.dictionary_decode() if pa.types.is_dictionary(c.type) else c for c in batch.columns]
+    arrays = [_decoded(c) for c in batch.columns]
     return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema(batch.schema.names))
+
+
+def _decoded(column: pa.Array) -> pa.Array:
+    if pa.types.is_dictionary(column.type):
+        return column.dictionary_decode()
+    if pa.types.is_map(column.type):  # headers of an export written before they were binary
+        return from_string_map(column)
+    return column
 
 
 class ExportedLogSource:
@@ -109,14 +127,14 @@ class ExportedLogSource:
                 continue
             pdir = Path(entry.path)
             try:
-                name, ptype = read_partition_meta(pdir)
+                name, ptype, incarnation = read_partition_meta(pdir)
                 segments = list_segments(pdir)
             except FileNotFoundError:
                 continue  # being created or just garbage collected
             if segments:
-                found.append(PartitionInfo(name, ptype, segments[0].base, segments[-1].end))
+                found.append(PartitionInfo(name, ptype, segments[0].base, segments[-1].end, incarnation))
             else:
-                found.append(PartitionInfo(name, ptype, 0, 0))
+                found.append(PartitionInfo(name, ptype, 0, 0, incarnation))
         found.sort(key=lambda p: p.name)
         return found
 

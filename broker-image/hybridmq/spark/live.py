@@ -31,6 +31,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from hybridmq.spark.headers import header_rows
 from hybridmq.spark.schema import arrow_schema
 from hybridmq.spark.source import DataLossError, PartitionGoneError, PartitionInfo
 
@@ -100,6 +101,7 @@ class LiveClusterSource:
                     str(_get(p, "type")),
                     int(_get(p, "start_offset", 0)),
                     int(_get(p, "end_offset", 0)),
+                    None if _get(p, "incarnation") is None else str(_get(p, "incarnation")),
                 )
                 for p in await fetcher.partitions()
             ]
@@ -200,7 +202,7 @@ class LiveClusterSource:
                     "producer_id": producer,
                     "sequence": base_seq + i if base_seq >= 0 else None,
                     "timestamp": datetime.fromtimestamp(ts_ms / 1000, UTC) if ts_ms is not None else None,
-                    "headers": [(str(k), str(v)) for k, v in headers.items()] if headers else None,
+                    "headers": header_rows(headers),
                     "value": value if isinstance(value, bytes | None) else str(value).encode(),
                 }
             )

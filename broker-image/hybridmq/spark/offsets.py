@@ -8,6 +8,7 @@ not name start at earliest and end at latest.
 
 import json
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from hybridmq.spark.source import PartitionInfo
 
@@ -17,7 +18,7 @@ LATEST = -1
 OffsetMap = dict[str, int]
 
 
-def parse_spec(text: str | None, default: int) -> int | dict[str, int]:
+def parse_spec(option: str, text: str | None, default: int) -> int | dict[str, int]:
     """``None`` -> ``default`` sentinel; ``earliest``/``latest`` -> sentinel; JSON -> dict."""
     if text is None or not text.strip():
         return default
@@ -26,16 +27,57 @@ def parse_spec(text: str | None, default: int) -> int | dict[str, int]:
         return EARLIEST
     if value.lower() == "latest":
         return LATEST
-    try:
-        parsed = json.loads(value)
-    except json.JSONDecodeError:
-        raise ValueError(f"offsets must be 'earliest', 'latest' or a JSON object, got {text!r}") from None
-    if not isinstance(parsed, dict) or not all(
-        isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) and v >= LATEST - 1
-        for k, v in parsed.items()
-    ):
-        raise ValueError(f"offsets JSON must map partition names to offsets (>= -2), got {text!r}")
+    parsed = _json_object(option, text, "'earliest', 'latest' or a JSON object")
+    if not all(_is_int(v) and v >= EARLIEST for v in parsed.values()):
+        raise ValueError(f"option {option}: offsets must be integers >= -2, got {text!r}")
     return {str(k): int(v) for k, v in parsed.items()}
+
+
+def parse_timestamps(option: str, text: str | None) -> dict[str, int] | None:
+    """``{"partition": epoch milliseconds}`` or ``None`` when not given."""
+    if text is None or not text.strip():
+        return None
+    parsed = _json_object(option, text, 'a JSON object {"partition": epoch milliseconds}')
+    if not all(_is_int(v) and v >= 0 for v in parsed.values()):
+        raise ValueError(f"option {option}: timestamps must be epoch milliseconds >= 0, got {text!r}")
+    return {str(k): int(v) for k, v in parsed.items()}
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _json_object(option: str, text: str, expected: str) -> dict[str, Any]:
+    try:
+        parsed = json.loads(text)
+    except json.JSONDecodeError:
+        raise ValueError(f"option {option}: expected {expected}, got {text!r}") from None
+    if not isinstance(parsed, dict):
+        raise ValueError(f"option {option}: expected {expected}, got {text!r}")
+    return parsed
+
+
+def check_named(option: str, spec: object, partitions: Sequence[PartitionInfo]) -> None:
+    """Refuse a JSON spec that names a partition the query does not read."""
+    if not isinstance(spec, Mapping):
+        return
+    known = {p.name for p in partitions}
+    unknown = sorted(set(spec) - known)
+    if unknown:
+        raise ValueError(
+            f"option {option} names partition(s) {unknown} that the query does not read;"
+            f" it reads {sorted(known)}"
+        )
+
+
+def check_within(option: str, offsets: Mapping[str, int], partitions: Sequence[PartitionInfo]) -> None:
+    """Refuse an offset past a partition's end (nothing is there, and may never be)."""
+    for info in partitions:
+        if offsets.get(info.name, info.end) > info.end:
+            raise ValueError(
+                f"option {option}: offset {offsets[info.name]} of partition {info.name} is past its end"
+                f" {info.end}"
+            )
 
 
 def resolve(spec: int | Mapping[str, int], partitions: Sequence[PartitionInfo], default: int) -> OffsetMap:
@@ -75,7 +117,3 @@ def limit_advance(start: Mapping[str, int], available: Mapping[str, int], max_re
         taken[name] += extra
         remaining -= extra
     return {p: start.get(p, 0) + taken[p] for p in available}
-
-
-def dumps(offsets: Mapping[str, int]) -> str:
-    return json.dumps(dict(sorted(offsets.items())))

@@ -9,6 +9,8 @@ from collections.abc import Sequence
 
 import pyarrow as pa
 
+from hybridmq.spark.headers import HEADERS_ARROW, HEADERS_DDL
+
 COLUMNS: tuple[str, ...] = (
     "partition",
     "partition_type",
@@ -31,7 +33,7 @@ _ARROW_TYPES: dict[str, pa.DataType] = {
     "producer_id": pa.string(),
     "sequence": pa.int64(),
     "timestamp": pa.timestamp("us", tz="UTC"),
-    "headers": pa.map_(pa.string(), pa.string()),
+    "headers": HEADERS_ARROW,
     "value": pa.binary(),
 }
 
@@ -44,7 +46,7 @@ _SPARK_TYPES: dict[str, str] = {
     "producer_id": "STRING",
     "sequence": "BIGINT",
     "timestamp": "TIMESTAMP",
-    "headers": "MAP<STRING, STRING>",
+    "headers": HEADERS_DDL,
     "value": "BINARY",
 }
 

@@ -21,6 +21,8 @@ class PartitionInfo:
     type: str  # "fixed" | "on-demand"
     start: int  # earliest offset still stored (log start)
     end: int  # next offset to be written (exclusive end, the high watermark)
+    # Changes when the partition is deleted and re-created under the same name (None: unknown).
+    incarnation: str | None = None
 
 
 class PartitionGoneError(Exception):

@@ -1,6 +1,7 @@
-"""The same audit in plain Python, record by record: the benchmark's baseline and a test oracle.
+"""The same audit on one machine: record by record in plain Python (a test oracle and the historic
+baseline), and vectorized with numpy (the single-machine speed limit the Spark job is held to).
 
-Reads an exported log with pyarrow (columns to Python lists) and checks with dicts and sets.
+Both read an exported log with pyarrow; neither shares code with the Spark job's kernels.
 """
 
 import csv
@@ -8,7 +9,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from hybridmq.spark.exported import ExportedLogSource
 from hybridmq.spark.schema import AUDIT_COLUMNS
@@ -79,4 +82,75 @@ def baseline_audit(
         "order_violations": order_violations,
         "acked": sum(len(s) for s in acked.values()),
         "acked_missing": acked_missing,
+    }
+
+
+def vectorized_audit(export_dir: str, first_sequence: int | None = None) -> dict[str, Any]:
+    """The same counts (records, producers, missing, duplicates, order violations) with numpy on one
+    thread: what a single machine does at best, the yardstick for the Spark job's speed.
+
+    Per partition, records are grouped by producer with a stable (radix) sort that keeps offset
+    order, so order violations are backward steps inside a group; then one ``bincount`` over every
+    producer's sequence range counts distinct sequences, from which duplicates and gaps follow.
+    """
+    source = ExportedLogSource(export_dir)
+    codes: dict[str, int] = {}
+    groups_p: list[np.ndarray] = []  # per (partition, producer) group: producer code, min, max
+    groups_lo: list[np.ndarray] = []
+    groups_hi: list[np.ndarray] = []
+    all_p: list[np.ndarray] = []
+    all_s: list[np.ndarray] = []
+    order_violations = 0
+    for info in source.list_partitions():
+        prod_parts: list[np.ndarray] = []
+        seq_parts: list[np.ndarray] = []
+        for batch in source.read_range(info.name, info.start, info.end, ("producer_id", "sequence"), True):
+            producer, sequence = batch.column(0), batch.column(1)
+            if producer.null_count or sequence.null_count:
+                valid = pc.and_(pc.is_valid(producer), pc.is_valid(sequence))
+                producer, sequence = producer.filter(valid), sequence.filter(valid)
+            if not isinstance(producer, pa.DictionaryArray):
+                producer = pc.dictionary_encode(producer)
+            mapping = np.array([codes.setdefault(n, len(codes)) for n in producer.dictionary.to_pylist()])
+            indices = producer.indices.to_numpy(zero_copy_only=False)
+            prod_parts.append(mapping[indices] if len(mapping) else indices.astype(np.int64))
+            seq_parts.append(sequence.to_numpy().astype(np.int64, copy=False))
+        if not prod_parts:
+            continue
+        prod = np.concatenate(prod_parts).astype(np.int16 if len(codes) < 2**15 else np.int32)
+        seq = np.concatenate(seq_parts)
+        order = np.argsort(prod, kind="stable")
+        prod, seq = prod[order], seq[order]
+        same = prod[1:] == prod[:-1]
+        if info.type == "fixed":
+            order_violations += int(np.count_nonzero(same & (seq[1:] <= seq[:-1])))
+        starts = np.flatnonzero(np.concatenate(([True], ~same)))
+        groups_p.append(prod[starts])
+        groups_lo.append(np.minimum.reduceat(seq, starts))
+        groups_hi.append(np.maximum.reduceat(seq, starts))
+        all_p.append(prod)
+        all_s.append(seq)
+    if not all_p:
+        return {"records": 0, "producers": 0, "missing": 0, "duplicates": 0, "order_violations": 0}
+    n_prod = len(codes)
+    g_p = np.concatenate(groups_p)
+    lo = np.full(n_prod, np.iinfo(np.int64).max)
+    hi = np.full(n_prod, np.iinfo(np.int64).min)
+    np.minimum.at(lo, g_p, np.concatenate(groups_lo))  # one entry per group: cheap
+    np.maximum.at(hi, g_p, np.concatenate(groups_hi))
+    span = hi - lo + 1
+    base = np.concatenate(([0], np.cumsum(span)[:-1]))
+    prod = np.concatenate(all_p)
+    present = np.bincount(base[prod] + np.concatenate(all_s) - lo[prod], minlength=int(span.sum())) > 0
+    distinct = np.add.reduceat(present, base, dtype=np.int64)
+    records = len(prod)
+    missing = int(np.sum(span - distinct))
+    if first_sequence is not None:
+        missing += int(np.sum(np.maximum(0, lo - first_sequence)))
+    return {
+        "records": records,
+        "producers": n_prod,
+        "missing": missing,
+        "duplicates": int(records - distinct.sum()),
+        "order_violations": order_violations,
     }

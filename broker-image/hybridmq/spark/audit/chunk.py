@@ -43,14 +43,14 @@ def summarize(
     ``partition`` = (name, type) when the whole chunk is known to be one partition: then the
     ``partition``/``partition_type`` columns are not needed (nor read).
     """
-    valid = pc.and_(pc.is_valid(table.column("producer_id")), pc.is_valid(table.column("sequence")))
     if table.column("producer_id").null_count or table.column("sequence").null_count:
-        table = table.filter(valid)
+        table = table.filter(
+            pc.and_(pc.is_valid(table.column("producer_id")), pc.is_valid(table.column("sequence")))
+        )
     if table.num_rows == 0:
         return _empty()
     prod_code, prod_names = _encode(table.column("producer_id"))
     if partition is not None:
-        part_code = np.zeros(table.num_rows, dtype=np.int64)
         part_names = pa.array([partition[0]], pa.string())
         part_fixed = np.array([partition[1] == FIXED])
     else:
@@ -64,11 +64,18 @@ def summarize(
 
     # Group key (partition, producer); keep offset order inside each group. Codes follow first
     # appearance, so data that arrives partition by partition in offset order needs no sort.
-    group = part_code * len(prod_names) + prod_code
-    same_part = part_code[1:] == part_code[:-1]
-    if not bool(np.all((part_code[1:] > part_code[:-1]) | (same_part & (offset[1:] > offset[:-1])))):
-        idx = np.lexsort((offset, part_code))
-        group, offset, seq = group[idx], offset[idx], seq[idx]
+    # One known partition: a range is read in offset order, and the group is the producer alone.
+    if partition is not None:
+        group = prod_code
+        if not bool(np.all(offset[1:] > offset[:-1])):
+            idx = np.argsort(offset, kind="stable")
+            group, offset, seq = group[idx], offset[idx], seq[idx]
+    else:
+        group = part_code * len(prod_names) + prod_code
+        same_part = part_code[1:] == part_code[:-1]
+        if not bool(np.all((part_code[1:] > part_code[:-1]) | (same_part & (offset[1:] > offset[:-1])))):
+            idx = np.lexsort((offset, part_code))
+            group, offset, seq = group[idx], offset[idx], seq[idx]
     if len(prod_names) > 1:
         # A stable sort of small integers is a radix sort in numpy: O(n).
         small = group.astype(np.int16) if group.max() < 2**15 else group
@@ -83,8 +90,10 @@ def summarize(
     same = group[1:] == group[:-1]
     step = seq[1:] - seq[:-1]
     backward = same & (step <= 0)
-    fixed_row = part_fixed[group[1:] // len(prod_names)]
-    order_bad = backward & fixed_row
+    if partition is not None:
+        order_bad = backward if part_fixed[0] else np.zeros_like(backward)
+    else:
+        order_bad = backward & part_fixed[group[1:] // len(prod_names)]
     # Per-group order violation counts via cumulative sums over the "pair" positions.
     order_per_group = _per_group(order_bad, starts, ends)
 

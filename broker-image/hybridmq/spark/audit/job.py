@@ -120,18 +120,27 @@ def run_audit(
         raise ValueError(f"via must be 'ranges' or 'datasource', got {via!r}")
     if send_logs:
         findings = findings.unionByName(send_log_frame(spark, send_logs).mapInArrow(_acks, FINDINGS_DDL))
-    # The findings are usually tiny (a few runs per partition and producer): merge them on the
-    # driver. Pathological interleavings make them big: then shuffle them by producer.
-    findings = findings.persist()
+    # The findings are usually tiny (a few runs per partition and producer): collect them in the
+    # same job that reads the records and merge them on the driver (a persist + count first would
+    # cost a second pass). Pathological interleavings make them big: then shuffle them by producer.
+    if driver_merge_limit > 0:
+        table = _collect_small(findings)
+        if table is not None and table.num_rows <= driver_merge_limit:
+            return audit_all(table.cast(FINDINGS_SCHEMA), first_sequence)
+    group_fn = partial(audit_group, first_sequence=first_sequence)
+
+    def per_producer(table: pa.Table) -> pa.Table:
+        return group_fn(table)
+
+    result = findings.groupBy("producer_id").applyInArrow(per_producer, RESULT_DDL).toArrow()
+    return result.cast(RESULT_SCHEMA)
+
+
+def _collect_small(findings: DataFrame) -> pa.Table | None:
+    """The findings on the driver, or None when they exceed ``spark.driver.maxResultSize``."""
     try:
-        if findings.count() <= driver_merge_limit:
-            return audit_all(findings.toArrow().cast(FINDINGS_SCHEMA), first_sequence)
-        group_fn = partial(audit_group, first_sequence=first_sequence)
-
-        def per_producer(table: pa.Table) -> pa.Table:
-            return group_fn(table)
-
-        result = findings.groupBy("producer_id").applyInArrow(per_producer, RESULT_DDL).toArrow()
-        return result.cast(RESULT_SCHEMA)
-    finally:
-        findings.unpersist()
+        return findings.toArrow()
+    except Exception as err:
+        if "maxResultSize" not in str(err):
+            raise
+        return None
