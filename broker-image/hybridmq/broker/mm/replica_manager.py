@@ -354,8 +354,9 @@ class ReplicaManager:
             return ErrorCode.NOT_PRIMARY, f"{leader.partition}: not primary (lease lost or stepped down)"
         if len(leader.in_sync) < leader.min_in_sync:
             return (
-                ErrorCode.MM_UNAVAILABLE,
-                f"{leader.partition}: {len(leader.in_sync)} replicas in sync, {leader.min_in_sync} required",
+                ErrorCode.NOT_ENOUGH_REPLICAS,
+                f"{leader.partition}: not enough replicas: {len(leader.in_sync)} in sync, "
+                f"minInSync {leader.min_in_sync} (retriable)",
             )
         return None
 
@@ -460,7 +461,7 @@ class ReplicaManager:
                 )
             else:
                 partitions[name] = PartitionReport(role="backup", epoch=max(r.epoch, 0), log_end_offset=leo)
-        return MMReport(partitions=partitions).model_dump(mode="json")
+        return MMReport(partitions=partitions).compact()
 
     def stats(self) -> dict[str, Any]:
         out: dict[str, Any] = {"_reconciling": self.step}
