@@ -63,7 +63,11 @@ def sample_cluster(name: str, namespace: str, mms: int = 3, cms: int = 1, fixed:
         "spec": {
             "connectionManagers": {"replicas": cms},
             "messageManagers": {"replicas": mms, "storage": {"size": "64Mi"}},
-            "partitions": {"fixed": {"count": fixed, "replicas": 2}, "onDemand": {"perMessageManager": 1}},
+            "partitions": {
+                # minInSync can never exceed the MM count (the CRD refuses it).
+                "fixed": {"count": fixed, "replicas": 2, "minInSync": max(1, min(2, mms))},
+                "onDemand": {"perMessageManager": 1},
+            },
         },
     }
 

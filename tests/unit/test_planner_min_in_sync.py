@@ -125,3 +125,17 @@ def test_creation_is_bounded_per_round_and_finishes_over_rounds() -> None:
     assert all(p.status is not None and p.status.state == PartitionState.ACTIVE for p in state.partitions)
     # Unbounded (the local controller) still does it in one round.
     assert len(plan(ClusterState("demo", spec, members, (), NOW)).creates()) == 253
+
+
+def test_a_refused_scale_down_still_replaces_lost_replicas_on_any_mm() -> None:
+    state = scale_to(boot(3, cluster_spec(fixed=4, replicas=2, min_in_sync=2)), 1)
+    members = tuple(
+        replace(m, alive=False, lost_reason="pod deleted", lost_since=state.now) if m.name == "mm-2" else m
+        for m in state.message_managers
+    )
+    _, after = run(replace(state, message_managers=members))
+    fixed = {n: p for n, p in placement(after).items() if "fixed" in n}  # on-demand ones drain
+    assert len(fixed) == 4
+    for name, (primary, replicas) in ((n, (p[0], p[2])) for n, p in fixed.items()):
+        # mm-1 would be removed by the refused scale-down; it still takes replacement replicas.
+        assert primary is not None and len(replicas) == 2 and "mm-2" not in replicas, name

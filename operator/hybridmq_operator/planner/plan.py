@@ -41,10 +41,10 @@ from hybridmq_operator.planner.failover import handle_lost_replicas, refresh_off
 from hybridmq_operator.planner.ondemand import collect_garbage, top_up
 from hybridmq_operator.planner.placement import Load, fill_replicas
 from hybridmq_operator.planner.scaling import (
+    blocked_scale_down,
     create_fixed,
     evacuate,
     safe_to_remove,
-    scale_down_refused,
     trim_extra,
 )
 from hybridmq_operator.planner.state import (
@@ -125,6 +125,12 @@ def _labels(cluster: str, spec: PartitionSpec) -> dict[str, str]:
 
 def plan(state: ClusterState, max_creates: int | None = None) -> Plan:
     """One planning round: state in, changes out (see the module docstring)."""
+    if blocked_scale_down(state) is not None:
+        # A refused scale-down does not happen: the MMs it would remove keep serving (and may
+        # receive replacement replicas after a failure) until the user asks for something possible.
+        state = replace(
+            state, message_managers=tuple(replace(m, leaving=False) for m in state.message_managers)
+        )
     ctx = Context(state)
     drafts = [Draft.from_info(info) for info in state.partitions]
     by_name = {info.name: info for info in state.partitions}
@@ -137,8 +143,7 @@ def plan(state: ClusterState, max_creates: int | None = None) -> Plan:
     for d in drafts:
         evacuate(d, ctx, load)
     for d in drafts:
-        if not scale_down_refused(d, ctx):
-            fill_replicas(d, ctx, load)
+        fill_replicas(d, ctx, load)
     for d in drafts:
         trim_extra(d, ctx, load)
     created = create_fixed(ctx, (d.name for d in drafts), load, max_creates)

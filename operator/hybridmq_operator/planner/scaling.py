@@ -9,8 +9,9 @@ Evacuation of a replica on a leaving MM, step by step (each step idempotent, lev
 A leaving MM that holds no replica any more is safe to remove.
 
 A scale-down never leaves a partition with fewer copies than its minInSync: when the MMs that stay
-cannot hold that many, the partition keeps its replicas where they are (nothing is moved) and
-``blocked_scale_down`` tells the handler, which keeps the StatefulSet and says so in the status.
+cannot hold that many, ``blocked_scale_down`` says so, ``plan()`` plans as if no MM were leaving
+(nothing is moved; a lost replica is replaced as usual) and the handler keeps the StatefulSet and
+says so in the status.
 """
 
 from __future__ import annotations
@@ -33,7 +34,6 @@ __all__ = [
     "fixed_name",
     "required_in_sync",
     "safe_to_remove",
-    "scale_down_refused",
     "trim_extra",
 ]
 
@@ -63,37 +63,29 @@ class ScaleDownBlock:
         )
 
 
-def _staying_mms(ctx: Context) -> int:
-    return len(ctx.alive - ctx.leaving)
-
-
-def scale_down_refused(draft: Draft, ctx: Context) -> bool:
-    """The partition has a replica on a leaving MM and the staying MMs cannot hold its minInSync
-    copies: it keeps its replicas as they are (no replacement, no hand-over, nothing dropped)."""
-    return (
-        not draft.draining
-        and any(r in ctx.leaving for r in draft.replicas)
-        and required_in_sync(draft.spec, ctx.spec) > _staying_mms(ctx)
-    )
-
-
 def blocked_scale_down(state: ClusterState) -> ScaleDownBlock | None:
-    """Partitions with a replica on a leaving MM that the staying MMs cannot hold with their
-    minInSync copies (None when the scale-down can go ahead)."""
-    ctx = Context(state)
-    if not ctx.leaving:
+    """While MMs are leaving: the partitions whose minInSync copies the MMs that stay could not
+    hold (None when the scale-down can go ahead). Every serving partition counts, wherever its
+    replicas are now: after a failover they may all sit on staying MMs for a moment, and removing
+    the others would still leave the partition short for good."""
+    leaving = [m for m in state.message_managers if m.leaving]
+    if not leaving:
         return None
+    staying = len(state.message_managers) - len(leaving)
     blocked: list[tuple[str, int]] = []
     for info in state.partitions:
-        if info.deleting or info.status is None:
+        st = info.status
+        if info.deleting or (
+            st is not None and st.state in (PartitionState.DRAINING, PartitionState.DRAINED)
+        ):
             continue
-        draft = Draft.from_info(info)
-        if draft.state != PartitionState.DRAINED and scale_down_refused(draft, ctx):
-            blocked.append((draft.name, required_in_sync(draft.spec, ctx.spec)))
+        required = required_in_sync(info.spec, state.spec)
+        if required > staying:
+            blocked.append((info.name, required))
     if not blocked:
         return None
     names = tuple(sorted((n for n, _ in blocked), key=natural_key))
-    return ScaleDownBlock(names, max(r for _, r in blocked), _staying_mms(ctx))
+    return ScaleDownBlock(names, max(r for _, r in blocked), staying)
 
 
 def fixed_name(cluster: str, index: int) -> str:
@@ -134,8 +126,6 @@ def evacuate(draft: Draft, ctx: Context, load: Load) -> None:
         return
     if draft.primary is None:
         return  # offline: failover promotes an in-sync replica first
-    if scale_down_refused(draft, ctx):
-        return  # see blocked_scale_down: nothing moves
     if draft.is_on_demand and draft.primary in leaving:
         start_draining(draft, ctx, f"its primary {draft.primary} is being removed")
     need = 1 if draft.draining else draft.target
