@@ -251,6 +251,11 @@ class StorageSpec(_Model):
     storage_class_name: str | None = Field(
         default=None, description="StorageClass of the volume claims; the cluster default when unset."
     )
+    delete_claim: bool = Field(
+        default=False,
+        description="Delete the MMs' volume claims (and so their data) when the BrokerCluster is "
+        "deleted. By default they are kept, as Strimzi's deleteClaim: false does.",
+    )
 
 
 class MessageManagersSpec(_Model):
