@@ -77,12 +77,13 @@ async def _cancel_all(tasks: list[asyncio.Task[None]]) -> None:
 
 
 def visible_backlog(host: ReplicatedPartitionHost) -> int:
-    """Records consumers still have to get: up to the visible end (the cursor records the host
-    appends after the last data stay invisible until the next produce and do not count)."""
+    """User messages consumers still have to get: up to the visible end, without the control
+    records (cursor snapshots) in between, which take offsets but are no messages."""
     if not host.states:
         return 0
     end = min(host.storage.visible_end, host.storage.end_offset)
-    return max(0, end - min(s.lw() for s in host.states.values()))
+    low = min(s.lw() for s in host.states.values())
+    return max(0, end - low - host.storage.control_records_between(low, end))
 
 
 # The MM's lease: the local controller's ``Heartbeat`` (``valid()``) or the Kubernetes
