@@ -8,11 +8,8 @@ in order. The checks read the API and /metrics the way a user does (kubectl, Pro
 from __future__ import annotations
 
 import json
-import os
 import re
 import time
-import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -22,14 +19,11 @@ from operator_harness import (
     VERSION,
     Kube,
     OperatorProcess,
-    apply_crds,
+    module_fixtures,
     sample_cluster,
-    teardown,
     wait_cluster_up,
     wait_for,
 )
-
-from localcluster import LocalCluster
 
 pytestmark = pytest.mark.cluster
 
@@ -37,37 +31,7 @@ NAME = "st"
 MMS, CMS, FIXED = 3, 1, 3
 
 
-@pytest.fixture(scope="module")
-def namespace(local_cluster: LocalCluster) -> Iterator[str]:
-    apply_crds(local_cluster)
-    ns = f"opstatus-{uuid.uuid4().hex[:5]}"
-    local_cluster.create_namespace(ns)
-    yield ns
-    if os.environ.get("HYBRIDMQ_TEST_KEEP_NS") != "1":
-        local_cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
-
-
-@pytest.fixture(scope="module")
-def kube(local_cluster: LocalCluster, namespace: str) -> Kube:
-    return Kube(local_cluster, namespace)
-
-
-@pytest.fixture(scope="module")
-def operator(local_cluster: LocalCluster, namespace: str, kube: Kube) -> Iterator[OperatorProcess]:
-    proc = OperatorProcess(local_cluster, namespace).start()
-    yield proc
-    teardown(kube, proc)
-
-
-@pytest.fixture(scope="module")
-def cluster(kube: Kube, operator: OperatorProcess) -> str:
-    kube.create(sample_cluster(NAME, kube.namespace, mms=MMS, cms=CMS, fixed=FIXED))
-    try:
-        wait_cluster_up(kube, NAME, MMS, CMS)
-    except AssertionError:
-        print(operator.log_text()[-5000:])
-        raise
-    return NAME
+namespace, kube, operator, cluster = module_fixtures("opstatus", NAME, MMS, CMS, FIXED)
 
 
 def conditions(kube: Kube, name: str) -> dict[str, dict[str, Any]]:
