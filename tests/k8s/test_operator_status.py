@@ -220,3 +220,6 @@ def test_default_logging_is_quiet_when_nothing_happens(operator: OperatorProcess
     # failover used to log a round every 5 s); at most Kopf's once-a-minute resync line.
     assert not [line for line in lines if "round:" in line], "\n".join(lines[-20:])
     assert len(lines) <= 2, "\n".join(lines[-20:])
+    # Nor does the operator log a line per Partition watch event, even while busy (the failover
+    # and the scale-down above wrote many Partition statuses).
+    assert "Handler 'partition_without_cluster'" not in operator.log_text()
