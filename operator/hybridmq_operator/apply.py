@@ -19,7 +19,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from hybridmq.api.resources import PARTITION_FINALIZER, PartitionStatus
+from pydantic import ValidationError
+
+from hybridmq.api.resources import PARTITION_FINALIZER, FailoverRecord, PartitionStatus
 from hybridmq_operator import kube, names
 from hybridmq_operator.planner import (
     CreatePartition,
@@ -55,6 +57,26 @@ class Outcome:
     conflicts: int = 0
     errors: int = 0
     failovers: list[tuple[str, float]] = field(default_factory=list)  # (partition, duration)
+    failover_records: list[tuple[str, FailoverRecord]] = field(default_factory=list)
+
+
+def is_new_failover(current: Mapping[str, Any], status: PartitionStatus) -> bool:
+    """Whether ``status`` records a failover the current body does not have yet.
+
+    Compared as parsed records, not strings: the API server hands back ``...Z`` where we wrote
+    ``+00:00``, and a textual comparison counted every later status write as one more failover.
+    """
+    new = status.last_failover
+    if new is None or new.time is None:
+        return False
+    raw = (current.get("status") or {}).get("lastFailover")
+    if not raw:
+        return True
+    try:
+        old = FailoverRecord.model_validate(raw)
+    except ValidationError:
+        return True
+    return old.time != new.time or old.to != new.to or old.from_ != new.from_
 
 
 def status_json(status: PartitionStatus) -> dict[str, Any]:
@@ -126,10 +148,10 @@ def _update(
     out.written[change.name] = body
     ref = partition_ref(body)
     out.events.extend((ref, e) for e in change.events)
-    old = (current.get("status") or {}).get("lastFailover") or {}
-    new = change.status.last_failover
-    if new is not None and new.time is not None and new.time.isoformat() != str(old.get("time") or ""):
-        out.failovers.append((change.name, new.duration_seconds))
+    record = change.status.last_failover
+    if record is not None and is_new_failover(current, change.status):
+        out.failovers.append((change.name, record.duration_seconds))
+        out.failover_records.append((change.name, record))
 
 
 def _delete(

@@ -35,6 +35,7 @@ from hybridmq.api.lease_report import REPORT_ANNOTATION, MMReport
 from hybridmq.api.resources import BrokerCluster, Partition, PartitionState
 from hybridmq_operator import incarnations, names
 from hybridmq_operator.conditions import ClusterObservation, PartitionObservation
+from hybridmq_operator.planner.scaling import required_in_sync
 from hybridmq_operator.planner.state import ClusterState, MessageManager, PartitionInfo, ReplicaReport
 
 Body = Mapping[str, Any]
@@ -333,6 +334,7 @@ def cluster_observation(
                 in_sync=tuple(st.in_sync) if st else (),
                 desired_replicas=info.spec.replicas,
                 accept_writes=st.accept_writes if st else True,
+                min_in_sync=required_in_sync(info.spec, state.spec),
             )
         )
     return ClusterObservation(

@@ -46,6 +46,7 @@ class ClusterSettings:
     storage_type: str = "persistent-claim"  # or "ephemeral"
     storage_size: str = "1Gi"
     storage_class: str | None = None
+    delete_claim: bool = False
     fixed_count: int = 3
     fixed_replicas: int = 2
     min_in_sync: int = 2
@@ -81,6 +82,7 @@ class ClusterSettings:
             storage_type=str(annotations.get(STORAGE_ANNOTATION, "persistent-claim")),
             storage_size=str(spec.message_managers.storage.size),
             storage_class=spec.message_managers.storage.storage_class_name,
+            delete_claim=spec.message_managers.storage.delete_claim,
             fixed_count=spec.partitions.fixed.count,
             fixed_replicas=spec.partitions.fixed.replicas,
             min_in_sync=spec.partitions.fixed.min_in_sync,

@@ -19,10 +19,12 @@ import subprocess
 import sys
 import time
 import urllib.request
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -34,7 +36,15 @@ REPO = Path(__file__).resolve().parents[2]
 CRDS = Path(os.environ.get("HYBRIDMQ_CRDS_DIR", REPO / "crds"))
 GROUP, VERSION = "hybridmq.io", "v1alpha1"
 
-__all__ = ["Kube", "OperatorProcess", "apply_crds", "broker_command", "sample_cluster", "wait_for"]
+__all__ = [
+    "Kube",
+    "OperatorProcess",
+    "apply_crds",
+    "broker_command",
+    "module_fixtures",
+    "sample_cluster",
+    "wait_for",
+]
 
 
 def broker_command(broker: str | None = None) -> str:
@@ -68,7 +78,8 @@ def sample_cluster(
             "connectionManagers": {"replicas": cms},
             "messageManagers": {"replicas": mms, "storage": {"size": "64Mi"}},
             "partitions": {
-                "fixed": {"count": fixed, "replicas": 2},
+                # minInSync can never exceed the MM count (the CRD refuses it).
+                "fixed": {"count": fixed, "replicas": 2, "minInSync": max(1, min(2, mms))},
                 "onDemand": {"perMessageManager": 1, "retentionAfterDrainSeconds": retention_after_drain},
             },
         },
@@ -256,3 +267,40 @@ def poll(check: Callable[[], Any], timeout: float, interval: float = 0.02) -> tu
 
 def dump(items: Iterator[Any] | list[Any]) -> str:
     return yaml.safe_dump(list(items))
+
+
+def module_fixtures(prefix: str, name: str, mms: int, cms: int, fixed: int) -> tuple[Any, Any, Any, Any]:
+    """Module-scoped fixtures ``namespace``, ``kube``, ``operator`` and ``cluster``: one namespace,
+    one operator subprocess and one BrokerCluster ``name`` (stand-in brokers) for a module's tests.
+    Use: ``namespace, kube, operator, cluster = module_fixtures("operator", "hmq", 3, 1, 3)``."""
+
+    @pytest.fixture(scope="module")
+    def namespace(local_cluster: LocalCluster) -> Iterator[str]:
+        apply_crds(local_cluster)
+        ns = f"{prefix}-{uuid.uuid4().hex[:5]}"
+        local_cluster.create_namespace(ns)
+        yield ns
+        if os.environ.get("HYBRIDMQ_TEST_KEEP_NS") != "1":
+            local_cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+
+    @pytest.fixture(scope="module")
+    def kube(local_cluster: LocalCluster, namespace: str) -> Kube:
+        return Kube(local_cluster, namespace)
+
+    @pytest.fixture(scope="module")
+    def operator(local_cluster: LocalCluster, namespace: str, kube: Kube) -> Iterator[OperatorProcess]:
+        proc = OperatorProcess(local_cluster, namespace).start()
+        yield proc
+        teardown(kube, proc)
+
+    @pytest.fixture(scope="module")
+    def cluster(kube: Kube, operator: OperatorProcess) -> str:
+        kube.create(sample_cluster(name, kube.namespace, mms=mms, cms=cms, fixed=fixed))
+        try:
+            wait_cluster_up(kube, name, mms, cms)
+        except AssertionError:
+            print(operator.log_text()[-5000:])
+            raise
+        return name
+
+    return namespace, kube, operator, cluster

@@ -34,7 +34,7 @@ def report_of(source: KubeAssignmentSource, me: str) -> dict[str, Any]:
                 log_end_offset=0,
                 in_sync=list(a.replicas) if primary else [],
             )
-    return MMReport(partitions=parts).model_dump(mode="json")
+    return MMReport(partitions=parts).compact()
 
 
 async def run(role: str) -> None:

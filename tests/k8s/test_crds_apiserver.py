@@ -105,6 +105,50 @@ def test_bad_objects_are_refused_with_a_clear_message(crds: LocalCluster, cluste
         assert message in err, err
 
 
+def test_clusters_that_can_never_run_are_refused(crds: LocalCluster, cluster_namespace: str) -> None:
+    cases = [
+        # Fewer MMs than the copies a write needs: no write could ever be acknowledged.
+        (
+            hbc("n1", {"messageManagers": {"replicas": 1}}),
+            "partitions.fixed.minInSync must be <= messageManagers.replicas",
+        ),
+        (hbc("n2", {"partitions": {"fixed": {"count": 10000}}}), "should be less than or equal to 1000"),
+        (
+            hbc(
+                "n3",
+                {
+                    "messageManagers": {"replicas": 100},
+                    "partitions": {"fixed": {"count": 1000}, "onDemand": {"perMessageManager": 16}},
+                },
+            ),
+            "at most 2000 partitions per cluster",
+        ),
+        (hbc("n5", {"messageManagers": {"storage": {"size": "-1Gi"}}}), "must be a positive quantity"),
+        (hbc("n6", {"messageManagers": {"storage": {"size": "lots"}}}), "must be a positive quantity"),
+        (hbc("n7", {"messageManagers": {"storage": {"size": 0}}}), "must be a positive quantity"),
+        (hbc("x" * 50), "metadata.name must be at most 49 characters"),
+    ]
+    for obj, message in cases:
+        ok, err = create(crds, cluster_namespace, obj)
+        assert not ok, f"{obj['metadata']['name']} was accepted"
+        assert message in err, err
+    # The limits themselves are fine, and scaling down to minInSync MMs too.
+    for obj in (
+        hbc(
+            "y" * 49,
+            {"partitions": {"fixed": {"count": 1000}}, "messageManagers": {"storage": {"size": 1073741824}}},
+        ),
+        hbc("m1", {"messageManagers": {"replicas": 1}, "partitions": {"fixed": {"minInSync": 1}}}),
+        hbc("m0", {"messageManagers": {"replicas": 0}}),
+    ):
+        ok, err = create(crds, cluster_namespace, obj)
+        assert ok, err
+    ok, err = patch(
+        crds, cluster_namespace, "hbc", "m1", {"spec": {"partitions": {"fixed": {"minInSync": 2}}}}
+    )
+    assert not ok and "must be <= messageManagers.replicas" in err, err
+
+
 def test_immutable_fields_and_shrinking_fixed_count(crds: LocalCluster, cluster_namespace: str) -> None:
     ok, err = create(crds, cluster_namespace, hpart("p", type="fixed"))
     assert ok, err

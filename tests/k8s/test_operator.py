@@ -7,11 +7,8 @@ whole module; the tests run in order and each leaves the cluster healthy for the
 from __future__ import annotations
 
 import base64
-import os
 import signal
 import time
-import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -19,10 +16,8 @@ from kubernetes import client
 from operator_harness import (
     Kube,
     OperatorProcess,
-    apply_crds,
+    module_fixtures,
     poll,
-    sample_cluster,
-    teardown,
     wait_cluster_up,
     wait_for,
 )
@@ -36,37 +31,7 @@ MMS, CMS, FIXED = 3, 1, 3
 SEEN: dict[str, Any] = {}  # what an earlier test saw, for a later one to compare
 
 
-@pytest.fixture(scope="module")
-def namespace(local_cluster: LocalCluster) -> Iterator[str]:
-    apply_crds(local_cluster)
-    ns = f"operator-{uuid.uuid4().hex[:5]}"
-    local_cluster.create_namespace(ns)
-    yield ns
-    if os.environ.get("HYBRIDMQ_TEST_KEEP_NS") != "1":
-        local_cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
-
-
-@pytest.fixture(scope="module")
-def kube(local_cluster: LocalCluster, namespace: str) -> Kube:
-    return Kube(local_cluster, namespace)
-
-
-@pytest.fixture(scope="module")
-def operator(local_cluster: LocalCluster, namespace: str, kube: Kube) -> Iterator[OperatorProcess]:
-    proc = OperatorProcess(local_cluster, namespace).start()
-    yield proc
-    teardown(kube, proc)
-
-
-@pytest.fixture(scope="module")
-def cluster(kube: Kube, operator: OperatorProcess) -> str:
-    kube.create(sample_cluster(NAME, kube.namespace, mms=MMS, cms=CMS, fixed=FIXED))
-    try:
-        wait_cluster_up(kube, NAME, MMS, CMS)
-    except AssertionError:
-        print(operator.log_text()[-5000:])
-        raise
-    return NAME
+namespace, kube, operator, cluster = module_fixtures("operator", NAME, MMS, CMS, FIXED)
 
 
 def ready_condition(kube: Kube, cluster: str) -> str | None:

@@ -45,7 +45,9 @@ def _batch_ends(checkpoint: Path, partition: str) -> list[int]:
         (checkpoint / "offsets").iterdir(), key=lambda f: int(f.name) if f.name.isdigit() else -1
     ):
         if f.name.isdigit():
-            ends.append(int(json.loads(f.read_text().splitlines()[-1])[partition]))
+            entry = json.loads(f.read_text().splitlines()[-1])[partition]
+            # {"offset": next offset to read, "end": ..., "incarnation": ...}, or a bare offset
+            ends.append(int(entry["offset"] if isinstance(entry, dict) else entry))
     return ends
 
 

@@ -207,6 +207,12 @@ def test_deployment_liveness_probe_hits_kopf_liveness_endpoint(deployment: Manif
     assert {"name": "health", "containerPort": 8080, "protocol": "TCP"} in container["ports"]
 
 
+def test_deployment_has_a_readiness_probe_on_the_health_endpoint(deployment: Manifest) -> None:
+    container = _container(deployment)
+    assert container["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": 8080}
+    assert container["readinessProbe"]["periodSeconds"] <= container["livenessProbe"]["periodSeconds"]
+
+
 def test_deployment_resources(deployment: Manifest) -> None:
     resources = _container(deployment)["resources"]
     assert resources["requests"]["cpu"] and resources["requests"]["memory"]

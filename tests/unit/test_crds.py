@@ -177,7 +177,7 @@ def test_brokercluster_defaults_and_rules() -> None:
     # Nested objects carry their complete default, so the API server fills them in (and their CEL
     # rules, which it checks against the default, hold).
     assert _at(schema, "spec.partitions.fixed")["default"] == {"count": 3, "replicas": 2, "minInSync": 2}
-    assert _at(schema, "spec.messageManagers.storage")["default"] == {"size": "1Gi"}
+    assert _at(schema, "spec.messageManagers.storage")["default"] == {"size": "1Gi", "deleteClaim": False}
     assert _at(schema, "spec.partitions")["default"]["onDemand"]["perMessageManager"] == 1
     assert _at(schema, "spec.messageManagers.storage.size")["x-kubernetes-int-or-string"] is True
     brokers = _at(schema, "status.brokers")

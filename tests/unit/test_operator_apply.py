@@ -22,6 +22,13 @@ from hybridmq_operator.planner import (
 from hybridmq_operator.settings import ClusterSettings
 
 SETTINGS = ClusterSettings(name="demo", namespace="ns", uid="u")
+FAILOVER = FailoverRecord(
+    from_="demo-mm-0",
+    to="demo-mm-1",
+    reason="pod deleted",
+    duration_seconds=0.4,
+    time=datetime(2026, 1, 1, tzinfo=UTC),
+)
 
 
 class FakeKube:
@@ -91,13 +98,7 @@ def test_create_then_status(fake: FakeKube) -> None:
 
 def test_status_update_is_fenced_and_conflicts_are_skipped(fake: FakeKube) -> None:
     fake.conflict_on = {"stale"}
-    failover = FailoverRecord(
-        from_="demo-mm-0",
-        to="demo-mm-1",
-        reason="pod deleted",
-        duration_seconds=0.4,
-        time=datetime(2026, 1, 1, tzinfo=UTC),
-    )
+    failover = FAILOVER
     ok = UpdatePartitionStatus(
         "fresh",
         PartitionStatus(primary="demo-mm-1", epoch=2, last_failover=failover),
@@ -181,3 +182,36 @@ def test_peering_manifests() -> None:
         "kopfpeerings.kopf.dev",
     ]
     assert peering_object("ns")["kind"] == "KopfPeering" and peering_object()["kind"] == "ClusterKopfPeering"
+
+
+def test_a_failover_already_in_the_status_is_not_counted_again(fake: FakeKube) -> None:
+    # What the API server hands back: the time with a "Z", as the previous round wrote it.
+    record = FAILOVER
+    stored = {
+        **current("p"),
+        "status": {
+            "lastFailover": {
+                "from": "demo-mm-0",
+                "to": "demo-mm-1",
+                "reason": "pod deleted",
+                "durationSeconds": 0.4,
+                "time": "2026-01-01T00:00:00Z",
+            }
+        },
+    }
+    later = UpdatePartitionStatus(
+        "p",
+        PartitionStatus(primary="demo-mm-1", epoch=2, backlog=5, last_failover=record),
+        "StatusObserved",
+        "m",
+    )
+    out = apply.apply_plan(SETTINGS, Plan(changes=(later,)), {"p": stored}, {})
+    assert out.failovers == [] and out.failover_records == []
+    newer = record.model_copy(
+        update={"time": datetime(2026, 1, 1, 0, 0, 5, tzinfo=UTC), "from_": "demo-mm-1"}
+    )
+    again = UpdatePartitionStatus(
+        "p", PartitionStatus(primary="demo-mm-2", epoch=3, last_failover=newer), "F", "m"
+    )
+    out = apply.apply_plan(SETTINGS, Plan(changes=(again,)), {"p": stored}, {})
+    assert out.failovers == [("p", 0.4)] and out.failover_records == [("p", newer)]

@@ -157,3 +157,63 @@ def test_kube_source_ignores_malformed_partitions(bad: dict[str, Any]) -> None:
     src = KubeAssignmentSource("demo", "ns", api_client=object())
     src.apply_listing(PARTITIONS, [{"metadata": {"name": "x"}, **bad}])
     assert src.partitions() == {}
+
+
+class MergingLeaseApi(FakeLeaseApi):
+    """Merges annotations like a strategic merge patch (None removes one) and refuses, like the API
+    server, an object whose annotations exceed 256 KiB."""
+
+    def patch_namespaced_lease(self, name: str, ns: str, body: dict[str, Any], **_: Any) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        self.calls.append("patch")
+        if name not in self.leases:
+            raise ApiException(status=404)
+        merged = dict(self.leases[name]["metadata"].get("annotations") or {})
+        for key, value in body["metadata"]["annotations"].items():
+            if value is None:
+                merged.pop(key, None)
+            else:
+                merged[key] = value
+        if sum(len(k) + len(v) for k, v in merged.items()) > 256 * 1024:
+            raise ApiException(
+                status=422, reason="metadata.annotations: Too long: must have at most 262144 bytes"
+            )
+        self.leases[name]["spec"].update(body["spec"])
+        self.leases[name]["metadata"]["annotations"] = merged
+
+
+async def test_an_oversize_report_never_costs_the_lease() -> None:
+    api = MergingLeaseApi()
+    size = {"n": 10}
+
+    def report() -> dict[str, Any]:
+        parts = {
+            f"demo-fixed-{i}": PartitionReport(epoch=1, log_end_offset=123456789) for i in range(size["n"])
+        }
+        return MMReport(partitions=parts).compact()
+
+    renewer = LeaseRenewer("demo-mm-0", "ns", duration_s=1.0, renew_interval_s=0.05, report=report, api=api)
+
+    async def renewals(n: int) -> None:
+        target = renewer.renewals + n
+        for _ in range(100):
+            await asyncio.sleep(0.05)
+            if renewer.renewals >= target:
+                return
+        raise AssertionError("the lease was not renewed")
+
+    await renewer.start()
+    await renewals(2)
+    small = api.leases["demo-mm-0"]["metadata"]["annotations"]["hybridmq.io/report"]
+    size["n"] = 8000  # far past the API's annotation limit
+    await renewals(3)
+    annotations = api.leases["demo-mm-0"]["metadata"]["annotations"]
+    assert renewer.valid and int(annotations["hybridmq.io/report-oversize"]) > 256 * 1024
+    assert annotations["hybridmq.io/report"] == small  # the last report that fitted stays
+    size["n"] = 20
+    await renewals(2)
+    annotations = api.leases["demo-mm-0"]["metadata"]["annotations"]
+    assert "hybridmq.io/report-oversize" not in annotations
+    assert len(MMReport.from_annotation(annotations["hybridmq.io/report"]).partitions) == 20  # type: ignore[union-attr]
+    await renewer.stop()

@@ -132,6 +132,15 @@ def test_mm_statefulset_replicas_override_and_ephemeral_storage() -> None:
     assert vols[names.DATA_VOLUME] == {"name": names.DATA_VOLUME, "emptyDir": {}}
 
 
+def test_volume_claims_are_kept_on_cluster_deletion_unless_delete_claim() -> None:
+    kept = build_mm_statefulset(ClusterSettings.from_body(body()))
+    assert kept["spec"]["persistentVolumeClaimRetentionPolicy"]["whenDeleted"] == "Retain"
+    gone = build_mm_statefulset(
+        ClusterSettings.from_body(body(messageManagers={"storage": {"deleteClaim": True}}))
+    )
+    assert gone["spec"]["persistentVolumeClaimRetentionPolicy"]["whenDeleted"] == "Delete"
+
+
 def test_cm_statefulset_runs_cm_without_a_data_volume(settings: ClusterSettings) -> None:
     sts = build_cm_statefulset(settings)
     assert sts["metadata"]["name"] == "demo-cm" and sts["spec"]["replicas"] == 2

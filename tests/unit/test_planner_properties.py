@@ -28,6 +28,7 @@ from hybridmq_operator.planner import (
     ReplicaReport,
     UpdatePartitionStatus,
     apply_changes,
+    blocked_scale_down,
     plan,
 )
 
@@ -190,7 +191,9 @@ def _offset(state: ClusterState, mm: str, name: str, s: PartitionStatus) -> int:
 
 def _check_plan(state: ClusterState, result: Plan, max_epoch: dict[str, int]) -> None:
     mms = {m.name: m for m in state.message_managers}
-    eligible = {m.name for m in state.message_managers if m.eligible}
+    # A refused scale-down (minInSync) does not happen: the MMs it would remove stay eligible.
+    refused = blocked_scale_down(state) is not None
+    eligible = {m.name for m in state.message_managers if m.alive and m.ready and (refused or not m.leaving)}
     alive = {m.name for m in state.message_managers if m.alive}
     updated = {c.name: c.status for c in result.changes if isinstance(c, UpdatePartitionStatus)}
     for change in result.changes:

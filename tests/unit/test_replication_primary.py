@@ -188,10 +188,19 @@ async def test_in_sync_changes_wait_for_commit(tmp_path: Path) -> None:
     assert primary.in_sync == {"a", "b"}
 
 
-async def test_min_in_sync_is_capped_by_replica_count_and_single_replica_acks_alone(tmp_path: Path) -> None:
+async def test_min_in_sync_is_never_capped_by_the_replica_count(tmp_path: Path) -> None:
     clock = Clock()
+    # A partition left with one copy while minInSync is 2 refuses writes (retriable), stores nothing.
     primary = make_primary(tmp_path, clock, replicas=("a",), min_in_sync=2)
-    assert primary.min_in_sync == 1
+    assert primary.min_in_sync == 2
+    with pytest.raises(NotEnoughReplicasError) as refused:
+        await asyncio.wait_for(primary.produce(b"solo", 2, epoch=1), 1)
+    assert refused.value.retriable and primary.log.log_end_offset == 0
+
+
+async def test_single_replica_with_min_in_sync_one_acks_alone(tmp_path: Path) -> None:
+    clock = Clock()
+    primary = make_primary(tmp_path, clock, replicas=("a",), min_in_sync=1)
     result = await asyncio.wait_for(primary.produce(b"solo", 2, epoch=1), 1)
     assert result.end_offset == 2 and primary.high_watermark == 2
 

@@ -20,6 +20,7 @@ import yaml
 from pydantic import BaseModel
 
 from hybridmq.api.resources import (
+    CLUSTER_NAME_LIMIT,
     GROUP,
     VERSION,
     BrokerCluster,
@@ -178,8 +179,13 @@ def openapi_schema(model: type[BaseModel]) -> Schema:
     return _convert(raw, defs, model.__name__)
 
 
-def _root_schema(spec: type[BaseModel], status: type[BaseModel], description: str) -> Schema:
-    return {
+def _root_schema(
+    spec: type[BaseModel],
+    status: type[BaseModel],
+    description: str,
+    rules: tuple[tuple[str, str], ...] = (),
+) -> Schema:
+    root: Schema = {
         "description": description,
         "type": "object",
         "required": ["spec"],
@@ -191,6 +197,10 @@ def _root_schema(spec: type[BaseModel], status: type[BaseModel], description: st
             "status": openapi_schema(status),
         },
     }
+    if rules:
+        # Root-level rules may read metadata.name (and nothing else of metadata).
+        root["x-kubernetes-validations"] = [{"rule": r, "message": m} for r, m in rules]
+    return root
 
 
 def _crd(
@@ -254,6 +264,13 @@ def brokercluster_crd() -> Schema:
             BrokerClusterSpec,
             BrokerClusterStatus,
             "A HybridMQ cluster: Connection Managers, Message Managers and their partitions.",
+            rules=(
+                (
+                    f"self.metadata.name.size() <= {CLUSTER_NAME_LIMIT}",
+                    f"metadata.name must be at most {CLUSTER_NAME_LIMIT} characters: the names and "
+                    "labels of the cluster's pods and Services derive from it (63 at most)",
+                ),
+            ),
         ),
         columns=[
             _column("CMs", "integer", ".status.readyConnectionManagers", "Ready Connection Managers."),

@@ -136,6 +136,8 @@ class ErrorCode(IntEnum):
     OUT_OF_ORDER_SEQUENCE = 25
     PRODUCER_FENCED = 26
     OFFSET_OUT_OF_RANGE = 27
+    # Fewer in-sync copies than the partition's minInSync: nothing stored, resend later (retriable).
+    NOT_ENOUGH_REPLICAS = 28
     INVALID_REQUEST = 30
     UNKNOWN_SUBSCRIPTION = 31
     STALE_DELIVERY = 32

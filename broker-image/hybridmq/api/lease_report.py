@@ -11,11 +11,17 @@ reports holding it.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
 REPORT_ANNOTATION = "hybridmq.io/report"
+# Set instead of the report when the report would not fit (its size in bytes): the API server
+# refuses an object whose annotations exceed 256 KiB, and a refused renewal would fence the MM.
+REPORT_OVERSIZE_ANNOTATION = "hybridmq.io/report-oversize"
+# Room left for the other annotations and the Lease itself.
+MAX_REPORT_BYTES = 200 * 1024
 
 
 class _Model(BaseModel):
@@ -43,7 +49,13 @@ class MMReport(_Model):
     partitions: dict[str, PartitionReport] = Field(default_factory=dict)
 
     def to_annotation(self) -> str:
-        return json.dumps(self.model_dump(mode="json"), separators=(",", ":"), sort_keys=True)
+        return json.dumps(self.compact(), separators=(",", ":"), sort_keys=True)
+
+    def compact(self) -> dict[str, Any]:
+        """The JSON form without default values (a backup's entry is its epoch and log end): the
+        report grows by tens of bytes per partition, not hundreds. Readers fill the defaults in,
+        so fields can be added without breaking older operators."""
+        return self.model_dump(mode="json", exclude_defaults=True)
 
     @classmethod
     def from_annotation(cls, text: str | None) -> MMReport | None:

@@ -77,6 +77,22 @@ LABEL_PARTITION_TYPE = "hybridmq.io/partition-type"
 # Kubernetes object names (DNS subdomain) and label-ish names.
 _NAME_MAX = 253
 _CLUSTER_NAME_MAX = 63
+# A BrokerCluster's own name: its StatefulSet pods carry the label
+# ``controller-revision-hash=<cluster>-mm-<hash of up to 10 characters>``, a label value of at most
+# 63 characters, so longer names would give children the API server refuses.
+CLUSTER_NAME_LIMIT = 49
+
+# Limits (see the README's operator section): each MM reports every partition it holds in one Lease
+# annotation (at most 256 KiB for all annotations of an object), and the operator plans and writes
+# every partition of a cluster.
+MAX_MESSAGE_MANAGERS = 100
+MAX_CONNECTION_MANAGERS = 100
+MAX_FIXED_PARTITIONS = 1000
+MAX_ON_DEMAND_PER_MM = 16
+MAX_REPLICAS = 5
+# Partitions per cluster (fixed + on-demand). An MM holds at most one copy of each, so this also
+# bounds what one MM reports.
+MAX_PARTITIONS_PER_CLUSTER = 2000
 
 
 def _default_of(model: type[BaseModel]) -> dict[str, Any]:
@@ -214,23 +230,38 @@ class ImagePullPolicy(StrEnum):
 class ConnectionManagersSpec(_Model):
     """Connection Managers: stateless front ends that clients connect to."""
 
-    replicas: int = Field(default=2, ge=0, description="Number of CM pods.")
+    replicas: int = Field(default=2, ge=0, le=MAX_CONNECTION_MANAGERS, description="Number of CM pods.")
     resources: ResourceRequirements | None = Field(default=None, description="CM container resources.")
 
 
 class StorageSpec(_Model):
     """The persistent volume each Message Manager keeps its partition logs on."""
 
-    size: Quantity = Field(default="1Gi", description="Requested size of each MM volume, e.g. 10Gi.")
+    size: Quantity = Field(
+        default="1Gi",
+        description="Requested size of each MM volume, e.g. 10Gi.",
+        json_schema_extra=_rules(
+            (
+                "type(self) == int ? self > 0"
+                " : (isQuantity(self) && quantity(self).isGreaterThan(quantity('0')))",
+                "messageManagers.storage.size must be a positive quantity, e.g. 10Gi",
+            )
+        ),
+    )
     storage_class_name: str | None = Field(
         default=None, description="StorageClass of the volume claims; the cluster default when unset."
+    )
+    delete_claim: bool = Field(
+        default=False,
+        description="Delete the MMs' volume claims (and so their data) when the BrokerCluster is "
+        "deleted. By default they are kept, as Strimzi's deleteClaim: false does.",
     )
 
 
 class MessageManagersSpec(_Model):
     """Message Managers: the pods that store partitions."""
 
-    replicas: int = Field(default=3, ge=0, description="Number of MM pods.")
+    replicas: int = Field(default=3, ge=0, le=MAX_MESSAGE_MANAGERS, description="Number of MM pods.")
     storage: StorageSpec = Field(default_factory=StorageSpec, json_schema_extra=_default_of(StorageSpec))
     resources: ResourceRequirements | None = Field(default=None, description="MM container resources.")
 
@@ -247,6 +278,7 @@ class FixedPartitionsSpec(_Model):
     count: int = Field(
         default=3,
         ge=0,
+        le=MAX_FIXED_PARTITIONS,
         description="Number of fixed partitions. It can grow but never shrink.",
         json_schema_extra=_rules(
             (
@@ -255,9 +287,15 @@ class FixedPartitionsSpec(_Model):
             )
         ),
     )
-    replicas: int = Field(default=2, ge=1, description="Copies of each partition, the primary included.")
+    replicas: int = Field(
+        default=2, ge=1, le=MAX_REPLICAS, description="Copies of each partition, the primary included."
+    )
     min_in_sync: int = Field(
-        default=2, ge=1, description="Copies that must hold a message before it is acknowledged."
+        default=2,
+        ge=1,
+        le=MAX_REPLICAS,
+        description="Copies that must hold a message before it is acknowledged (never fewer: writes "
+        "are refused with NOT_ENOUGH_REPLICAS while fewer copies are in sync).",
     )
 
     @model_validator(mode="after")
@@ -271,9 +309,12 @@ class OnDemandPartitionsSpec(_Model):
     """On-demand partitions are cheap and disposable."""
 
     per_message_manager: int = Field(
-        default=1, ge=0, description="Writable on-demand partitions kept with their primary on each MM."
+        default=1,
+        ge=0,
+        le=MAX_ON_DEMAND_PER_MM,
+        description="Writable on-demand partitions kept with their primary on each MM.",
     )
-    replicas: int = Field(default=2, ge=1, description="Copies of each on-demand partition.")
+    replicas: int = Field(default=2, ge=1, le=MAX_REPLICAS, description="Copies of each on-demand partition.")
     accept_writes_after_failover: bool = Field(
         default=False,
         description="Whether an on-demand partition taken over after a failover keeps accepting writes "
@@ -345,6 +386,23 @@ class TlsSpec(_Model):
 
 
 class BrokerClusterSpec(_Model):
+    model_config = ConfigDict(
+        json_schema_extra=_rules(
+            (
+                "self.messageManagers.replicas == 0"
+                " || self.partitions.fixed.minInSync <= self.messageManagers.replicas",
+                "partitions.fixed.minInSync must be <= messageManagers.replicas: with fewer MMs no "
+                "write could ever be acknowledged",
+            ),
+            (
+                "self.partitions.fixed.count + self.partitions.onDemand.perMessageManager"
+                f" * self.messageManagers.replicas <= {MAX_PARTITIONS_PER_CLUSTER}",
+                f"at most {MAX_PARTITIONS_PER_CLUSTER} partitions per cluster "
+                "(partitions.fixed.count + onDemand.perMessageManager * messageManagers.replicas)",
+            ),
+        )
+    )
+
     image: str | None = Field(
         default=None, description="Broker image (CM and MM); the operator's default when unset."
     )

@@ -29,7 +29,7 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from hybridmq.api.lease_report import REPORT_ANNOTATION
+from hybridmq.api.lease_report import MAX_REPORT_BYTES, REPORT_ANNOTATION, REPORT_OVERSIZE_ANNOTATION
 
 LOG = logging.getLogger(__name__)
 
@@ -91,6 +91,7 @@ class LeaseRenewer:
         self._task: asyncio.Task[None] | None = None
         self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"lease-{name}")
         self.renewals = 0
+        self._oversize = False  # the last report was too big to send
         self._started_at = time.time()
         self.failures = 0
         self.last_error: str | None = None
@@ -174,14 +175,26 @@ class LeaseRenewer:
         return labels
 
     def _body(self, now: float) -> dict[str, Any]:
-        annotations: dict[str, str] = {}
+        annotations: dict[str, str | None] = {}
         if self.report is not None:
             try:
-                annotations[REPORT_ANNOTATION] = json.dumps(
-                    self.report(), separators=(",", ":"), sort_keys=True
-                )
+                text = json.dumps(self.report(), separators=(",", ":"), sort_keys=True)
             except Exception as exc:  # a broken report must not cost the lease
                 LOG.warning("lease report failed: %s", exc)
+            else:
+                if len(text) > MAX_REPORT_BYTES:
+                    # Too big to be accepted: renew without it (the last report stays) and say so.
+                    if not self._oversize:
+                        LOG.warning(
+                            "lease report of %d bytes exceeds %d: not sent", len(text), MAX_REPORT_BYTES
+                        )
+                    self._oversize = True
+                    annotations[REPORT_OVERSIZE_ANNOTATION] = str(len(text))
+                else:
+                    annotations[REPORT_ANNOTATION] = text
+                    if self._oversize:
+                        annotations[REPORT_OVERSIZE_ANNOTATION] = None  # a merge patch removes it
+                    self._oversize = False
         spec: dict[str, Any] = {
             "holderIdentity": self.name,
             "leaseDurationSeconds": round(self.duration_s),
@@ -215,7 +228,14 @@ class LeaseRenewer:
             if exc.status != 404:
                 raise
             # Owned by the pod (see _body): garbage-collected with it, so a scaled-away MM leaves no Lease.
-            metadata: dict[str, Any] = {"name": self.name, "namespace": self.namespace, **body["metadata"]}
+            meta = body["metadata"]
+            annotations = {k: v for k, v in meta["annotations"].items() if v is not None}
+            metadata: dict[str, Any] = {
+                "name": self.name,
+                "namespace": self.namespace,
+                **meta,
+                "annotations": annotations,
+            }
             created = {
                 "apiVersion": "coordination.k8s.io/v1",
                 "kind": "Lease",

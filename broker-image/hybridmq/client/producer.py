@@ -45,7 +45,13 @@ MAX_RECORD_BYTES = 8 * 1024 * 1024
 MOVED = frozenset({ErrorCode.PARTITION_NOT_WRITABLE, ErrorCode.UNKNOWN_PARTITION})
 # Errors after which a batch is resent as it is (same pid, producer epoch and sequence).
 RETRIABLE = frozenset(
-    {ErrorCode.MM_UNAVAILABLE, ErrorCode.NOT_PRIMARY, ErrorCode.STALE_EPOCH, ErrorCode.OUT_OF_ORDER_SEQUENCE}
+    {
+        ErrorCode.MM_UNAVAILABLE,
+        ErrorCode.NOT_PRIMARY,
+        ErrorCode.STALE_EPOCH,
+        ErrorCode.OUT_OF_ORDER_SEQUENCE,
+        ErrorCode.NOT_ENOUGH_REPLICAS,
+    }
 )
 
 

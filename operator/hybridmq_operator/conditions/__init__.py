@@ -5,6 +5,7 @@ from hybridmq_operator.conditions import (
     degraded,
     partitions_available,
     ready,
+    scale_down,
 )
 from hybridmq_operator.conditions.model import (
     ClusterObservation,
@@ -23,13 +24,19 @@ __all__ = [
     "merge_conditions",
     "partitions_available",
     "ready",
+    "scale_down",
 ]
 
 
 def cluster_conditions(obs: ClusterObservation, on_demand_expected: bool = True) -> list[Condition]:
-    """The conditions of ``BrokerCluster.status``."""
-    return [
+    """The conditions of ``BrokerCluster.status``: Ready, PartitionsAvailable, Degraded, and
+    ScaleDownBlocked while a scale-down is refused."""
+    out = [
         ready.evaluate(obs, on_demand_expected),
         partitions_available.evaluate(obs, on_demand_expected),
         degraded.evaluate(obs),
     ]
+    blocked = scale_down.evaluate(obs)
+    if blocked is not None:
+        out.append(blocked)
+    return out

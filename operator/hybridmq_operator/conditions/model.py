@@ -39,6 +39,7 @@ class PartitionObservation:
     in_sync: tuple[str, ...] = ()
     desired_replicas: int = 2
     accept_writes: bool = True
+    min_in_sync: int = 1  # in-sync copies a write needs (the partition's minInSync)
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,14 @@ class ClusterObservation:
     partitions: Sequence[PartitionObservation] = ()
     lost_mms: frozenset[str] = field(default_factory=frozenset)
     live_mms: frozenset[str] = field(default_factory=frozenset)
+    # Broker pods that cannot start: (pod, waiting reason, message), e.g. ErrImagePull.
+    pod_problems: tuple[tuple[str, str, str], ...] = ()
+    # Why the child objects (StatefulSets, Services, ...) could not be applied, if they could not.
+    children_error: str | None = None
+    # A refused MM scale-down (its message), if one is pending.
+    scale_down_blocked: str | None = None
+    # MMs whose Lease report no longer fits the API's annotation limit (report bytes).
+    oversize_reports: tuple[tuple[str, int], ...] = ()
 
 
 def merge_conditions(

@@ -6,8 +6,9 @@
 * ``partitions``: a daemon per BrokerCluster: observe, plan, apply, every ~250 ms or on a pod event;
   also finishes MM scale-downs and writes the BrokerCluster status.
 * ``cleanup``: BrokerCluster deletion releases its Partitions.
+* ``orphans``: a Partition naming a BrokerCluster that does not exist gets a status saying so.
 """
 
-from hybridmq_operator.handlers import children, cleanup, indexes, partitions, startup
+from hybridmq_operator.handlers import children, cleanup, indexes, orphans, partitions, startup
 
-__all__ = ["children", "cleanup", "indexes", "partitions", "startup"]
+__all__ = ["children", "cleanup", "indexes", "orphans", "partitions", "startup"]

@@ -17,6 +17,10 @@ from hybridmq_operator.settings import ClusterSettings
 
 Logger = logging.Logger | logging.LoggerAdapter[Any]
 
+# (namespace, cluster) -> why the last apply of its children failed; the reconcile daemon puts it
+# in the BrokerCluster's Ready condition (the user sees the cause, not only unready pods).
+failures: dict[tuple[str, str], str] = {}
+
 
 def mm_replicas_to_apply(desired: int, current: int | None) -> int:
     """Grow at once; never shrink here (evacuation first, see ``partitions``)."""
@@ -31,14 +35,18 @@ def apply_children(body: kopf.Body, logger: Logger) -> int:
     current = int(sts["spec"]["replicas"]) if sts else None
     mm_replicas = mm_replicas_to_apply(settings.mm_replicas, current)
     ensure_cluster_secret(settings)
+    key = (settings.namespace, settings.name)
     for manifest in build_children(settings, mm_replicas):
         try:
             kube.apply(manifest)
         except kube.KubeError as exc:
+            message = f"applying {manifest['kind']}/{manifest['metadata']['name']}: {exc}"
+            if failures.get(key) != message:
+                kopf.warn(body, reason="ChildrenNotApplied", message=message)
+            failures[key] = message
             # 4xx other than conflicts will not fix themselves; still retry, with backoff.
-            raise kopf.TemporaryError(
-                f"applying {manifest['kind']}/{manifest['metadata']['name']}: {exc}", delay=5
-            ) from exc
+            raise kopf.TemporaryError(message, delay=5) from exc
+    failures.pop(key, None)
     if current is not None and mm_replicas > settings.mm_replicas:
         logger.info("MM scale-down %d -> %d waits for evacuation", current, settings.mm_replicas)
     return mm_replicas

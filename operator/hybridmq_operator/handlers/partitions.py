@@ -12,19 +12,24 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import Counter
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, cast
 
 import kopf
 
-from hybridmq_operator import incarnations, kube, metrics, names, observe
+from hybridmq.api.resources import FailoverRecord, PartitionState, PartitionType
+from hybridmq_operator import incarnations, kube, metrics, names, observe, problems
 from hybridmq_operator.apply import Outcome, apply_plan, writer_pool
-from hybridmq_operator.handlers import cluster_status, indexes
+from hybridmq_operator.handlers import children, cluster_status, indexes
 from hybridmq_operator.planner import (
+    ClusterState,
     DeletePartition,
     Plan,
     ReleaseFinalizer,
+    blocked_scale_down,
     plan,
 )
 from hybridmq_operator.settings import ClusterSettings
@@ -33,6 +38,9 @@ INTERVAL_S = 0.25
 ERROR_BACKOFF_S = 1.0
 INITIAL_WAIT_S = 60.0
 FULL_PLAN_EVERY_S = 5.0
+# Partitions one round creates at most: a large count is created over several rounds, while
+# failovers and status keep being handled in between.
+MAX_CREATES_PER_ROUND = 100
 
 
 def _rv(body: Mapping[str, Any]) -> int:
@@ -61,6 +69,22 @@ class Reconciler:
         self.pool = writer_pool(f"{namespace}/{name}")
         self.fingerprint: Any = None
         self.planned_at = 0.0
+        # Event reason -> message last posted on the BrokerCluster (post again only on a change).
+        self.announced: dict[str, str] = {}
+
+    def announce(self, body: Mapping[str, Any], reason: str, message: str | None) -> None:
+        """A Warning Event on the BrokerCluster when ``message`` is new; None: the cause is gone."""
+        if message is None:
+            self.announced.pop(reason, None)
+            return
+        if self.announced.get(reason) != message:
+            self.announced[reason] = message
+            kopf.event(
+                kopf.Body(cast(kopf.RawBody, _cluster_ref(body))),
+                type="Warning",
+                reason=reason,
+                message=message[:1000],
+            )
 
     def unchanged(self, state: Any, settings: ClusterSettings) -> bool:
         """Nothing the planner reads changed since the last plan (and it is not time for a full
@@ -138,6 +162,33 @@ def _count_changes(cluster: str, p: Plan) -> None:
             metrics.GARBAGE_COLLECTED.labels(cluster).inc()
 
 
+def failover_summary(records: list[tuple[str, FailoverRecord]]) -> tuple[str, str]:
+    """(reason, message) of the BrokerCluster Event about one round's failovers."""
+    moved = sorted((r for r in records if r[1].to is not None), key=lambda r: r[0])
+    offline = sorted(n for n, r in records if r.to is None)
+    parts = []
+    if moved:
+        shown = ", ".join(f"{n} {r.from_ or 'none'} -> {r.to} ({r.reason})" for n, r in moved[:5])
+        parts.append(f"{len(moved)} partitions failed over: {shown}" + (" …" if len(moved) > 5 else ""))
+    if offline:
+        shown = ", ".join(offline[:5]) + (" …" if len(offline) > 5 else "")
+        parts.append(f"{len(offline)} partitions offline (no in-sync replica alive): {shown}")
+    return ("FailedOver" if moved else "PartitionsOffline"), "; ".join(parts)
+
+
+def set_partition_gauge(cluster: str, state: ClusterState) -> None:
+    counts = Counter(
+        (info.spec.type.value, (info.status.state if info.status else PartitionState.PENDING).value)
+        for info in state.partitions
+        if not info.deleting
+    )
+    for ptype in PartitionType:
+        for pstate in PartitionState:
+            metrics.PARTITIONS.labels(cluster, ptype.value, pstate.value).set(
+                counts[(ptype.value, pstate.value)]
+            )
+
+
 def _leaving_pods(snapshot: observe.Snapshot, desired: int) -> set[str]:
     return {n for n in snapshot.pods_of(names.ROLE_MM) if names.pod_ordinal(n) >= desired}
 
@@ -201,7 +252,7 @@ async def reconcile_round(
     if waiting_for_initial_mms(snapshot, state, settings, now) or rec.unchanged(state, settings):
         result = Plan()
     else:
-        result = plan(state)
+        result = plan(state, max_creates=MAX_CREATES_PER_ROUND)
     applied = True
     if result.changes:
         t_planned = time.monotonic()
@@ -218,6 +269,14 @@ async def reconcile_round(
             )
         rec.remember(outcome)
         _post_events(outcome)
+        if outcome.failover_records:
+            reason, message = failover_summary(outcome.failover_records)
+            kopf.event(
+                kopf.Body(cast(kopf.RawBody, _cluster_ref(body))),
+                type="Warning",
+                reason=reason,
+                message=message,
+            )
         _count_changes(rec.name, result)
         for _name, duration in outcome.failovers:
             metrics.FAILOVERS.labels(rec.name).inc()
@@ -235,11 +294,23 @@ async def reconcile_round(
         # The failovers of restarted MMs are applied: their new processes are accounted for.
         await asyncio.to_thread(_record_incarnations, rec, snapshot)
     leaving = _leaving_pods(snapshot, settings.mm_replicas)
-    if leaving:
+    block = blocked_scale_down(state) if leaving else None
+    if leaving and block is None:
         await asyncio.to_thread(_finish_scale_down, settings, leaving, result, logger)
     # The BrokerCluster status (from the state this round planned on).
     obs = observe.cluster_observation(state, snapshot, settings.cm_replicas, settings.mm_replicas)
+    obs = replace(
+        obs,
+        pod_problems=problems.pod_problems(snapshot.pods),
+        oversize_reports=problems.oversize_reports(snapshot.leases),
+        children_error=children.failures.get(key),
+        scale_down_blocked=block.message if block is not None else None,
+    )
+    rec.announce(body, "ScaleDownBlocked", obs.scale_down_blocked)
+    stuck = obs.pod_problems[0] if obs.pod_problems else None
+    rec.announce(body, "BrokerPodStuck", f"{stuck[0]}: {stuck[1]}: {stuck[2]}" if stuck else None)
     metrics.LOST_MMS.labels(rec.name).set(len(obs.lost_mms))
+    set_partition_gauge(rec.name, state)
     previous = rec.last_status if rec.last_status is not None else dict(body.get("status") or {})
     status = cluster_status.cluster_status(
         obs,

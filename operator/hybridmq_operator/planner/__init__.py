@@ -16,7 +16,12 @@ from hybridmq_operator.planner.changes import (
 )
 from hybridmq_operator.planner.ondemand import ondemand_name, pick_on_demand_partition, reassign_producers
 from hybridmq_operator.planner.plan import LocalPlan, apply_changes, plan, plan_assignments
-from hybridmq_operator.planner.scaling import fixed_name
+from hybridmq_operator.planner.scaling import (
+    ScaleDownBlock,
+    blocked_scale_down,
+    fixed_name,
+    required_in_sync,
+)
 from hybridmq_operator.planner.state import (
     ClusterState,
     MessageManager,
@@ -38,8 +43,10 @@ __all__ = [
     "PlanEvent",
     "ReleaseFinalizer",
     "ReplicaReport",
+    "ScaleDownBlock",
     "UpdatePartitionStatus",
     "apply_changes",
+    "blocked_scale_down",
     "fixed_name",
     "natural_key",
     "ondemand_name",
@@ -47,4 +54,5 @@ __all__ = [
     "plan",
     "plan_assignments",
     "reassign_producers",
+    "required_in_sync",
 ]

@@ -3,6 +3,8 @@
 ``plan(state)`` runs one round: observe reports -> fail over -> evacuate -> place -> trim -> create
 fixed and on-demand partitions -> collect drained on-demand ones -> emit the changes. It is pure,
 level-based and idempotent: planning again on the result of applying a plan changes nothing.
+``max_creates`` bounds the Partitions one round creates (a cluster of a thousand partitions is
+created over several rounds, so failovers are not stuck behind a long bulk creation).
 
 ``apply_changes(state, plan)`` applies a plan to a state the way the operator would (for tests and
 for the broker-only local controller), and ``plan_assignments(...)`` is that local controller's
@@ -38,7 +40,13 @@ from hybridmq_operator.planner.draft import Context, Draft
 from hybridmq_operator.planner.failover import handle_lost_replicas, refresh_offsets
 from hybridmq_operator.planner.ondemand import collect_garbage, top_up
 from hybridmq_operator.planner.placement import Load, fill_replicas
-from hybridmq_operator.planner.scaling import create_fixed, evacuate, safe_to_remove, trim_extra
+from hybridmq_operator.planner.scaling import (
+    blocked_scale_down,
+    create_fixed,
+    evacuate,
+    safe_to_remove,
+    trim_extra,
+)
 from hybridmq_operator.planner.state import (
     ClusterState,
     MessageManager,
@@ -116,8 +124,14 @@ def _labels(cluster: str, spec: PartitionSpec) -> dict[str, str]:
     }
 
 
-def plan(state: ClusterState) -> Plan:
+def plan(state: ClusterState, max_creates: int | None = None) -> Plan:
     """One planning round: state in, changes out (see the module docstring)."""
+    if blocked_scale_down(state) is not None:
+        # A refused scale-down does not happen: the MMs it would remove keep serving (and may
+        # receive replacement replicas after a failure) until the user asks for something possible.
+        state = replace(
+            state, message_managers=tuple(replace(m, leaving=False) for m in state.message_managers)
+        )
     ctx = Context(state)
     drafts = [Draft.from_info(info) for info in state.partitions]
     by_name = {info.name: info for info in state.partitions}
@@ -133,8 +147,10 @@ def plan(state: ClusterState) -> Plan:
         fill_replicas(d, ctx, load)
     for d in drafts:
         trim_extra(d, ctx, load)
-    created = create_fixed(ctx, (d.name for d in drafts), load)
-    created += top_up(ctx, [*drafts, *created], load)
+    created = create_fixed(ctx, (d.name for d in drafts), load, max_creates)
+    on_demand = top_up(ctx, [*drafts, *created], load)
+    # Cut after the fact: top_up's extra load bookkeeping only skews this round's placement.
+    created += on_demand if max_creates is None else on_demand[: max(0, max_creates - len(created))]
 
     changes: list[Change] = []
     deletes: list[Change] = []

@@ -7,32 +7,101 @@ Evacuation of a replica on a leaving MM, step by step (each step idempotent, lev
    on-demand partition whose primary leaves drains instead of taking new writes;
 3. once the staying replicas are in sync, drop the leaving ones.
 A leaving MM that holds no replica any more is safe to remove.
+
+A scale-down never leaves a partition with fewer copies than its minInSync: when the MMs that stay
+cannot hold that many, ``blocked_scale_down`` says so, ``plan()`` plans as if no MM were leaving
+(nothing is moved; a lost replica is replaced as usual) and the handler keeps the StatefulSet and
+says so in the status.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 
-from hybridmq.api.resources import PartitionSpec, PartitionState, PartitionType
+from hybridmq.api.resources import BrokerClusterSpec, PartitionSpec, PartitionState, PartitionType
 from hybridmq_operator.planner.draft import Context, Draft
 from hybridmq_operator.planner.failover import best_candidate, hand_over, refresh_offsets
 from hybridmq_operator.planner.ondemand import start_draining
 from hybridmq_operator.planner.placement import Load, pick_backups, place_new
+from hybridmq_operator.planner.state import ClusterState, natural_key
 
-__all__ = ["create_fixed", "evacuate", "fixed_name", "safe_to_remove", "trim_extra"]
+__all__ = [
+    "ScaleDownBlock",
+    "blocked_scale_down",
+    "create_fixed",
+    "evacuate",
+    "fixed_name",
+    "required_in_sync",
+    "safe_to_remove",
+    "trim_extra",
+]
+
+
+def required_in_sync(spec: PartitionSpec, cluster: BrokerClusterSpec) -> int:
+    """The in-sync copies a partition's primary needs to acknowledge a write: its own minInSync,
+    else the cluster's (what the brokers use, see ``hybridmq.broker.kube_source``)."""
+    mis = spec.min_in_sync if spec.min_in_sync is not None else cluster.partitions.fixed.min_in_sync
+    return max(1, mis)
+
+
+@dataclass(frozen=True, slots=True)
+class ScaleDownBlock:
+    """A scale-down that would leave partitions with fewer copies than their minInSync."""
+
+    partitions: tuple[str, ...]
+    required: int  # the largest minInSync among them
+    staying: int  # MMs that would be left
+
+    @property
+    def message(self) -> str:
+        shown = ", ".join(self.partitions[:5]) + (" …" if len(self.partitions) > 5 else "")
+        return (
+            f"scale-down refused: {len(self.partitions)} partitions need {self.required} in-sync "
+            f"copies (minInSync) but only {self.staying} message managers would stay ({shown}); "
+            "their replicas stay where they are"
+        )
+
+
+def blocked_scale_down(state: ClusterState) -> ScaleDownBlock | None:
+    """While MMs are leaving: the partitions whose minInSync copies the MMs that stay could not
+    hold (None when the scale-down can go ahead). Every serving partition counts, wherever its
+    replicas are now: after a failover they may all sit on staying MMs for a moment, and removing
+    the others would still leave the partition short for good."""
+    leaving = [m for m in state.message_managers if m.leaving]
+    if not leaving:
+        return None
+    staying = len(state.message_managers) - len(leaving)
+    blocked: list[tuple[str, int]] = []
+    for info in state.partitions:
+        st = info.status
+        if info.deleting or (
+            st is not None and st.state in (PartitionState.DRAINING, PartitionState.DRAINED)
+        ):
+            continue
+        required = required_in_sync(info.spec, state.spec)
+        if required > staying:
+            blocked.append((info.name, required))
+    if not blocked:
+        return None
+    names = tuple(sorted((n for n, _ in blocked), key=natural_key))
+    return ScaleDownBlock(names, max(r for _, r in blocked), staying)
 
 
 def fixed_name(cluster: str, index: int) -> str:
     return f"{cluster}-fixed-{index}"
 
 
-def create_fixed(ctx: Context, existing: Iterable[str], load: Load) -> list[Draft]:
-    """Drafts for the fixed partitions ``0 .. count-1`` that do not exist yet, placed when possible.
+def create_fixed(ctx: Context, existing: Iterable[str], load: Load, limit: int | None = None) -> list[Draft]:
+    """Drafts for the fixed partitions ``0 .. count-1`` that do not exist yet, placed when possible,
+    at most ``limit`` of them (the lowest indexes first; later rounds create the rest).
     Fixed partitions are never deleted by the planner, even if the count shrinks."""
     names = set(existing)
     fixed = ctx.spec.partitions.fixed
     out: list[Draft] = []
     for i in range(fixed.count):
+        if limit is not None and len(out) >= limit:
+            break
         name = fixed_name(ctx.cluster, i)
         if name in names:
             continue
@@ -84,9 +153,10 @@ def evacuate(draft: Draft, ctx: Context, load: Load) -> None:
         old = draft.primary
         hand_over(draft, ctx, load, new, f"evacuating {old} (scale-down)", 0.0)
         draft.event("PrimaryMoved", f"primary {old} -> {new} at epoch {draft.epoch}: {old} is being removed")
-    # 3. drop leaving replicas once what stays is in sync
+    # 3. drop leaving replicas once what stays is in sync, and never below minInSync copies
     in_sync_staying = [r for r in staying if r in draft.in_sync]
-    if in_sync_staying and len(in_sync_staying) >= min(need, len(staying)):
+    required = 1 if draft.draining else required_in_sync(draft.spec, ctx.spec)
+    if in_sync_staying and len(in_sync_staying) >= max(required, min(need, len(staying))):
         for mm in leaving:
             draft.drop(mm)
             load.remove(mm)

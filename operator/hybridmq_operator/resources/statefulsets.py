@@ -57,9 +57,10 @@ def build_mm_statefulset(settings: ClusterSettings, replicas: int | None = None)
     manifest = _statefulset(settings, names.ROLE_MM, settings.mm_replicas if replicas is None else replicas)
     if settings.storage_type != "ephemeral":
         manifest["spec"]["volumeClaimTemplates"] = [volume_claim_template(settings)]
-        # Data of an MM that a scale-down removed was evacuated first; keep it when the cluster is deleted.
+        # Data of an MM that a scale-down removed was evacuated first; when the cluster is deleted
+        # the claims stay unless storage.deleteClaim says otherwise (Strimzi's policy).
         manifest["spec"]["persistentVolumeClaimRetentionPolicy"] = {
-            "whenDeleted": "Retain",
+            "whenDeleted": "Delete" if settings.delete_claim else "Retain",
             "whenScaled": "Delete",
         }
     return manifest

@@ -126,6 +126,7 @@ class PartitionHost:
         snaps: dict[str, list[Any]] = {}  # key -> [lw, ack ranges, delivered through, {base: count}]
         for batch in self.storage.scan(0):
             if batch.control:
+                self.storage.note_control(batch.base, batch.n)
                 for rec in decode_control(batch.blob):
                     if isinstance(rec, CursorCommit):
                         snaps.setdefault(rec.subscription, [0, (), 0, {}])[0] = rec.offset

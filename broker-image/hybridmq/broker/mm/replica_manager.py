@@ -77,12 +77,13 @@ async def _cancel_all(tasks: list[asyncio.Task[None]]) -> None:
 
 
 def visible_backlog(host: ReplicatedPartitionHost) -> int:
-    """Records consumers still have to get: up to the visible end (the cursor records the host
-    appends after the last data stay invisible until the next produce and do not count)."""
+    """User messages consumers still have to get: up to the visible end, without the control
+    records (cursor snapshots) in between, which take offsets but are no messages."""
     if not host.states:
         return 0
     end = min(host.storage.visible_end, host.storage.end_offset)
-    return max(0, end - min(s.lw() for s in host.states.values()))
+    low = min(s.lw() for s in host.states.values())
+    return max(0, end - low - host.storage.control_records_between(low, end))
 
 
 # The MM's lease: the local controller's ``Heartbeat`` (``valid()``) or the Kubernetes
@@ -357,8 +358,9 @@ class ReplicaManager:
             return ErrorCode.NOT_PRIMARY, f"{leader.partition}: not primary (lease lost or stepped down)"
         if len(leader.in_sync) < leader.min_in_sync:
             return (
-                ErrorCode.MM_UNAVAILABLE,
-                f"{leader.partition}: {len(leader.in_sync)} replicas in sync, {leader.min_in_sync} required",
+                ErrorCode.NOT_ENOUGH_REPLICAS,
+                f"{leader.partition}: not enough replicas: {len(leader.in_sync)} in sync, "
+                f"minInSync {leader.min_in_sync} (retriable)",
             )
         return None
 
@@ -464,7 +466,7 @@ class ReplicaManager:
                 )
             else:
                 partitions[name] = PartitionReport(role="backup", epoch=max(r.epoch, 0), log_end_offset=leo)
-        return MMReport(partitions=partitions).model_dump(mode="json")
+        return MMReport(partitions=partitions).compact()
 
     def stats(self) -> dict[str, Any]:
         out: dict[str, Any] = {"_reconciling": self.step}

@@ -31,6 +31,10 @@ class PartitionStorage:
         self._readahead: list[StoredBatch] = []
         # End of what consumers may see: flushed (and, with replication, committed) records only.
         self.visible_end = 0
+        # Control batches (cursor snapshots) by base offset, with running record counts: the
+        # backlog counts user messages only, and offsets count control records too.
+        self._control_bases: list[int] = []
+        self._control_totals: list[int] = []
 
     @classmethod
     def open(cls, path: Path, config: LogConfig, cache_bytes: int = 16 * 1024 * 1024) -> PartitionStorage:
@@ -74,7 +78,25 @@ class PartitionStorage:
 
     def append_control(self, records: list[ControlRecord], epoch: int) -> None:
         payload, count = encode_control(records)
-        self.log.append(payload, count, epoch, control=True, timestamp=int(time.time() * 1000))
+        res = self.log.append(payload, count, epoch, control=True, timestamp=int(time.time() * 1000))
+        self.note_control(res.base_offset, count)
+
+    def note_control(self, base: int, count: int) -> None:
+        """Remember a control batch (appended here, or found by recovery), in offset order."""
+        if self._control_bases and base <= self._control_bases[-1]:
+            return  # seen already (recovery after appends)
+        total = self._control_totals[-1] if self._control_totals else 0
+        self._control_bases.append(base)
+        self._control_totals.append(total + count)
+
+    def control_records_between(self, start: int, end: int) -> int:
+        """Control records of the batches whose base lies in ``[start, end)``."""
+        bases, totals = self._control_bases, self._control_totals
+        lo = bisect.bisect_left(bases, start)
+        hi = bisect.bisect_left(bases, end)
+        if hi <= lo:
+            return 0
+        return totals[hi - 1] - (totals[lo - 1] if lo > 0 else 0)
 
     async def flush(self, offset: int | None = None) -> None:
         await self.log.flush_until(self.end_offset if offset is None else offset)

@@ -21,7 +21,7 @@ Rules:
   steps down and answers ``NOT_PRIMARY``. Once stepped down (or while ``lease_valid()`` is false)
   no write is accepted and pending acknowledgements fail with ``NotPrimaryError``.
 * A produce is refused (``NotEnoughReplicasError``) while fewer than ``min_in_sync`` replicas
-  (primary included; capped at the replica count) are in sync, and acknowledged only once the
+  (primary included; never capped at the replica count) are in sync, and acknowledged only once the
   high watermark covers it: ``HW = min(primary's durable offset, each in-sync backup's fetch
   offset)``, never decreasing within the epoch.
 * The in-sync set follows :mod:`.isr`. Changes are *proposed*; they take effect once committed:
@@ -142,7 +142,9 @@ class PartitionPrimary:
 
     @property
     def min_in_sync(self) -> int:
-        return max(1, min(self._min_in_sync, len(self._replicas)))
+        # Never capped at the replica count: a partition left with fewer copies than it must keep
+        # refuses writes (retriable) instead of acknowledging them with too few copies.
+        return max(1, self._min_in_sync)
 
     @property
     def writable(self) -> bool:
