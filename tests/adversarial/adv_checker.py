@@ -137,7 +137,7 @@ def check(h: History, settle_s: float) -> tuple[dict[str, int], list[str]]:
                 order_violations += 1
                 example(f"order: {producer}:{n1} at {p1}:{o1} after {producer}:{n0} at {p0}:{o0}")
 
-    acked_redelivered = unflagged = redeliveries = 0
+    acked_redelivered = acked_near_fault = unflagged = redeliveries = 0
     history: dict[tuple[str, str, int], list[Delivery]] = defaultdict(list)
     for d in h.deliveries:
         history[(d.group, d.partition, d.offset)].append(d)
@@ -154,13 +154,10 @@ def check(h: History, settle_s: float) -> tuple[dict[str, int], list[str]]:
                     f" at {d.received_at:.2f}; first at {first.received_at:.2f}, {ack};"
                     f" faults {_near(h.faults, first.received_at)}"
                 )
-            earlier_ack = [
-                e.acked_at
-                for e in ds[:i]
-                if e.acked_at is not None
-                and e.acked_at < d.received_at
-                and settled(e.acked_at, h.faults, settle_s)
-            ]
+            acks = [e.acked_at for e in ds[:i] if e.acked_at is not None and e.acked_at < d.received_at]
+            earlier_ack = [t for t in acks if settled(t, h.faults, settle_s)]
+            if acks and not earlier_ack:
+                acked_near_fault += 1
             if earlier_ack:
                 acked_redelivered += 1
                 example(
@@ -194,6 +191,7 @@ def check(h: History, settle_s: float) -> tuple[dict[str, int], list[str]]:
         "dup_stored": dup_stored,
         "order_violations": order_violations,
         "acked_redelivered": acked_redelivered,
+        "acked_redelivered_near_fault": acked_near_fault,  # information: the ACK may have been lost
         "unflagged_redeliveries": unflagged,
         "large_sent": len(h.large_sent),
         "large_refused": h.large_refused,

@@ -225,7 +225,8 @@ class Hostile:
         writer.close()
 
     async def one(self) -> None:
-        attack = self.rng.choice(ATTACKS)
+        chosen = self.cfg.get("attacks")
+        attack = self.rng.choice([a for a in ATTACKS if not chosen or a.__name__ in chosen])
         try:
             await attack(self)
             self.stats[attack.__name__] += 1

@@ -2,7 +2,8 @@
 
 ``HYBRIDMQ_ADVERSARIAL_SECONDS``: seconds of chaos / of hostile flood windows (default 40 / 24);
 ``HYBRIDMQ_ADVERSARIAL_SEED``: the seed (default: a fresh one, printed so a run can be replayed);
-``HYBRIDMQ_ADVERSARIAL_SETTLE_S``: how far an ACK must be from any fault to count as settled (1.5).
+``HYBRIDMQ_ADVERSARIAL_SETTLE_S``: how far an ACK must be from any fault to count as settled (1.5);
+``HYBRIDMQ_ADVERSARIAL_ATTACKS``: comma-separated hostile attacks to use (default: all of them).
 """
 
 from __future__ import annotations
@@ -22,3 +23,7 @@ def seed() -> int:
 
 def settle_s() -> float:
     return float(os.environ.get("HYBRIDMQ_ADVERSARIAL_SETTLE_S") or 1.5)
+
+
+def attacks() -> list[str]:
+    return [a for a in (os.environ.get("HYBRIDMQ_ADVERSARIAL_ATTACKS") or "").split(",") if a]

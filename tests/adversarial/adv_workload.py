@@ -134,9 +134,12 @@ async def consume(
     group: str,
     stop: asyncio.Event,
     durable: str | None = None,
+    hold_s: float = 0.0,
+    window: int = 2000,
 ) -> None:
     """Receive batches, record each message with its partition, offset and redelivered flag, ack the
-    batch and record when; reconnect (a new session, same subscription) when the connection ends."""
+    batch (``hold_s`` later: a slow consumer keeps the queue's cursor low while others ack above it)
+    and record when; reconnect (a new session, same subscription) when the connection ends."""
 
     async def session(c: Consumer) -> None:
         while not stop.is_set():
@@ -145,6 +148,8 @@ async def consume(
             except TimeoutError:
                 continue
             received = time.monotonic()
+            if hold_s:
+                await asyncio.sleep(hold_s)
             for m in batch:
                 c.ack(m)  # type: ignore[arg-type]  # small messages only on these destinations
             # an ACK is only sent on an open connection; a closed one drops it silently
@@ -157,7 +162,9 @@ async def consume(
                     )
 
     await _reconnecting(
-        lambda: Consumer.connect(bootstrap, dest, durable=durable, auto_ack=False, window=2000), session, stop
+        lambda: Consumer.connect(bootstrap, dest, durable=durable, auto_ack=False, window=window),
+        session,
+        stop,
     )
 
 
@@ -220,7 +227,7 @@ async def consume_large(h: History, bootstrap: str, dest: str, stop: asyncio.Eve
             async for chunk in msg.chunks():
                 digest.update(chunk)
                 size += len(chunk)
-                await asyncio.sleep(0.03)  # a reader slower than the writer: mid-message at most faults
+                await asyncio.sleep(0.05)  # a reader slower than the writer: mid-message at most faults
             if mid is None:
                 h.large_partial += 1
             else:

@@ -1,7 +1,8 @@
 """Seeded chaos under load, judged by the suite's own checker (``adv_checker``).
 
 1 CM pair + 3 MMs (2 replicas, 3 fixed partitions, 1 on-demand per MM) under the local controller.
-Fixed and on-demand producers write to a queue and a topic, two competing consumers read the queue,
+Fixed and on-demand producers write to a queue and a topic, two competing consumers (one fast, one
+that holds each batch for 3 s, so the queue's cursor has acknowledged batches above it) read the queue,
 a durable subscription reads the topic, and a producer streams multi-MiB messages to a queue of
 their own, while MMs and CMs are killed (-9 and SIGTERM), frozen (SIGSTOP/SIGCONT) and restarted,
 one at a time. Then the load stops, the consumers drain, every partition is read by offset and the
@@ -53,7 +54,7 @@ async def test_chaos_run(tmp_path: Path) -> None:
         stop_load, stop_consumers = asyncio.Event(), asyncio.Event()
         consumers = [
             asyncio.create_task(w.consume(h, bs, QUEUE, QUEUE, stop_consumers)),
-            asyncio.create_task(w.consume(h, bs, QUEUE, QUEUE, stop_consumers)),
+            asyncio.create_task(w.consume(h, bs, QUEUE, QUEUE, stop_consumers, hold_s=3.0, window=20)),
             asyncio.create_task(w.consume(h, bs, TOPIC, TOPIC_GROUP, stop_consumers, durable=DURABLE)),
             asyncio.create_task(w.consume_large(h, bs, LARGE, stop_consumers)),
         ]
@@ -68,7 +69,7 @@ async def test_chaos_run(tmp_path: Path) -> None:
                 w.produce(h, "ot", bs, TOPIC, TOPIC_GROUP, fixed=False, rate=80, stop=stop_load)
             ),
             asyncio.create_task(
-                w.produce_large(h, bs, LARGE, random.Random(rng.random()), stop_load, 3 << 20, every_s=1.0)
+                w.produce_large(h, bs, LARGE, random.Random(rng.random()), stop_load, 3 << 20, every_s=0.5)
             ),
         ]
         chaos = Chaos(cluster, random.Random(rng.random()), h, quiet_s=(4.0, 6.0))

@@ -71,6 +71,7 @@ def test_redelivery_after_a_settled_ack() -> None:
     assert _bad(h) == {"acked_redelivered": 1}
     h.faults.append((1.5, 3.0))  # the ACK at 1.1 was within 1 s of a fault: it may have been lost
     assert _bad(h) == {}
+    assert check(h, settle_s=1.0)[0]["acked_redelivered_near_fault"] == 1
 
 
 def test_redelivery_must_be_flagged() -> None:
