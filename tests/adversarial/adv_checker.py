@@ -73,6 +73,8 @@ class History:
     large_refused: int = 0
     large_receipts: list[LargeReceipt] = field(default_factory=list)
     large_partial: int = 0  # reads that did not start at the first chunk (resumed after a failure)
+    large_stalled: int = 0  # reads whose next chunk never came
+    stuck_tasks: int = 0  # load tasks that did not end when asked to (cancelled)
 
 
 def payload_id(producer: str, n: int) -> str:
@@ -197,6 +199,8 @@ def check(h: History, settle_s: float) -> tuple[dict[str, int], list[str]]:
         "large_refused": h.large_refused,
         "large_ok": len(ok_large),
         "large_partial": h.large_partial,
+        "large_stalled": h.large_stalled,
+        "stuck_tasks": h.stuck_tasks,
         "large_corrupt": large_corrupt,
         "large_lost": large_lost,
     }
@@ -212,6 +216,7 @@ MUST_BE_ZERO = (
     "unflagged_redeliveries",
     "large_corrupt",
     "large_lost",
+    "stuck_tasks",  # producers or consumers that hung after they were told to stop
 )
 
 

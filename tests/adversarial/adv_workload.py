@@ -22,6 +22,7 @@ from hybridmq.client.failover import FailoverProducer
 
 MARK = b"adv|"
 CHUNK = 256 * 1024
+STALL_S = 30.0  # a streamed message whose next chunk takes longer than this has stalled
 LOST_CONNECTION = (ConnectionError, OSError, ClientError, asyncio.IncompleteReadError)
 
 
@@ -224,10 +225,17 @@ async def consume_large(h: History, bootstrap: str, dest: str, stop: asyncio.Eve
             first = (msg.attributes or {}).get("seq", 0) == 0
             mid = (msg.headers or {}).get("id") if first else None
             digest, size = hashlib.sha256(), 0
-            async for chunk in msg.chunks():
-                digest.update(chunk)
-                size += len(chunk)
-                await asyncio.sleep(0.05)  # a reader slower than the writer: mid-message at most faults
+            try:
+                async with asyncio.timeout(STALL_S):
+                    async for chunk in msg.chunks():
+                        digest.update(chunk)
+                        size += len(chunk)
+                        await asyncio.sleep(
+                            0.05
+                        )  # a reader slower than the writer: mid-message at most faults
+            except TimeoutError:
+                h.large_stalled += 1  # the rest of the message never came: start a new session
+                raise ConnectionError("stream stalled") from None
             if mid is None:
                 h.large_partial += 1
             else:

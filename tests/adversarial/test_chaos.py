@@ -35,6 +35,17 @@ def _drained(h: History) -> bool:
     return small and set(h.large_sent) <= large
 
 
+async def _finish(tasks: list[asyncio.Task[None]], timeout_s: float) -> int:
+    """Wait for tasks told to stop; cancel (and count) those that do not, re-raise a failure."""
+    done, pending = await asyncio.wait(tasks, timeout=timeout_s)
+    for task in pending:
+        task.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)
+    for task in done:
+        task.result()
+    return len(pending)
+
+
 async def test_chaos_run(tmp_path: Path) -> None:
     seed, seconds, settle = adv_settings.seed(), adv_settings.seconds(40), adv_settings.settle_s()
     print(f"\nadversarial chaos: seed={seed} seconds={seconds} settle_s={settle}")
@@ -80,13 +91,13 @@ async def test_chaos_run(tmp_path: Path) -> None:
             await asyncio.to_thread(chaos.finished.wait, 300)
             await asyncio.sleep(2.0)  # load on a whole cluster after the last fault
             stop_load.set()
-            await asyncio.wait_for(asyncio.gather(*producers), 180)
+            h.stuck_tasks += await _finish(producers, 180)
             deadline = time.monotonic() + 120
             while not _drained(h) and time.monotonic() < deadline:  # noqa: ASYNC110 - polls a record
                 await asyncio.sleep(0.5)
             await asyncio.sleep(2.0)  # late repeats of what was just delivered count too
             stop_consumers.set()
-            await asyncio.wait_for(asyncio.gather(*consumers), 60)
+            h.stuck_tasks += await _finish(consumers, 60)
             await w.read_everything(h, bs)
         finally:
             stop_load.set()
