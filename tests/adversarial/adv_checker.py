@@ -75,6 +75,7 @@ class History:
     large_partial: int = 0  # reads that did not start at the first chunk (resumed after a failure)
     large_stalled: int = 0  # reads whose next chunk never came
     stuck_tasks: int = 0  # load tasks that did not end when asked to (cancelled)
+    read_errors: list[str] = field(default_factory=list)  # CMs that could not read every partition
 
 
 def payload_id(producer: str, n: int) -> str:
@@ -201,6 +202,7 @@ def check(h: History, settle_s: float) -> tuple[dict[str, int], list[str]]:
         "large_partial": h.large_partial,
         "large_stalled": h.large_stalled,
         "stuck_tasks": h.stuck_tasks,
+        "read_errors": len(h.read_errors),
         "large_corrupt": large_corrupt,
         "large_lost": large_lost,
     }
@@ -217,6 +219,7 @@ MUST_BE_ZERO = (
     "large_corrupt",
     "large_lost",
     "stuck_tasks",  # producers or consumers that hung after they were told to stop
+    "read_errors",  # a CM that could not read every partition by offset after the run
 )
 
 

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable, Iterator
 
 from adv_checker import Delivery, History, LargeReceipt, Sent, Stored, payload_id
 
+from hybridmq.api.frames import ErrorCode
 from hybridmq.client import ClientError, Consumer, Fetcher
 from hybridmq.client.consumer import StreamMessage
 from hybridmq.client.failover import FailoverProducer
@@ -246,14 +247,31 @@ async def consume_large(h: History, bootstrap: str, dest: str, stop: asyncio.Eve
     )
 
 
-async def read_everything(h: History, bootstrap: str) -> None:
-    """Every record of every partition, by offset, as ``Stored`` positions of workload payloads."""
-    f = await Fetcher.connect(bootstrap, retry_s=60.0)
+async def read_everything(h: History, bootstraps: str) -> None:
+    """Every record of every partition, by offset, as ``Stored`` positions of workload payloads.
+
+    Through each CM in turn until one answers for every partition; when none does, the failure is
+    recorded (``read_errors``) and the verdicts rest on the deliveries alone."""
+    for address in bootstraps.split(","):
+        try:
+            await _read_through(h, address)
+            return
+        except (ClientError, ConnectionError, OSError, TimeoutError) as exc:
+            h.read_errors.append(f"{address}: {exc}")
+
+
+async def _read_through(h: History, address: str) -> None:
+    f = await Fetcher.connect(address, retry_s=20.0)
     try:
         for meta in await f.partitions():
             offset = meta.start_offset
             while offset < meta.end_offset:
-                result = await f.fetch(meta.name, offset, max_offset=meta.end_offset)
+                try:
+                    result = await f.fetch(meta.name, offset, max_offset=meta.end_offset)
+                except ClientError as exc:
+                    if exc.code == ErrorCode.UNKNOWN_PARTITION:
+                        break  # deleted since the listing (a drained on-demand partition): all consumed
+                    raise
                 if not result.batches:
                     break
                 for batch in result.batches:

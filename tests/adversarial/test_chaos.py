@@ -18,6 +18,7 @@ from pathlib import Path
 
 import adv_settings
 import adv_workload as w
+import pytest
 from adv_chaos import Chaos
 from adv_checker import MUST_BE_ZERO, History, check, payload_id, summary_line
 
@@ -46,6 +47,7 @@ async def _finish(tasks: list[asyncio.Task[None]], timeout_s: float) -> int:
     return len(pending)
 
 
+@pytest.mark.timeout(int(adv_settings.seconds(40)) + 900)
 async def test_chaos_run(tmp_path: Path) -> None:
     seed, seconds, settle = adv_settings.seed(), adv_settings.seconds(40), adv_settings.settle_s()
     print(f"\nadversarial chaos: seed={seed} seconds={seconds} settle_s={settle}")
@@ -109,7 +111,7 @@ async def test_chaos_run(tmp_path: Path) -> None:
 
     verdict, examples = check(h, settle)
     print("faults: " + "; ".join(chaos.log))
-    for line in examples:
+    for line in examples + h.read_errors:
         print("  " + line)
     print(summary_line({**verdict, "seed": seed}))
     assert chaos.error is None, f"the cluster did not come back from a fault: {chaos.error!r}"

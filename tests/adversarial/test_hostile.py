@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import adv_settings
+import pytest
 
 from hybridmq.client import ClientError, Consumer, Fetcher, Producer
 from hybridmq.local.replicated import ReplicatedLocalCluster
@@ -125,6 +126,7 @@ async def read_partitions(bs: str, partitions: list[str]) -> tuple[int, int]:
     return hostile_records, log_in_user
 
 
+@pytest.mark.timeout(int(adv_settings.seconds(30)) + 600)
 async def test_hostile_clients_beside_a_legitimate_one(tmp_path: Path) -> None:
     seed = adv_settings.seed()
     windows = max(4, 2 * round(adv_settings.seconds(30) / (2 * WINDOW_S)))
