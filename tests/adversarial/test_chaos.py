@@ -114,9 +114,11 @@ async def test_chaos_run(tmp_path: Path) -> None:
     for line in examples + h.read_errors:
         print("  " + line)
     print(summary_line({**verdict, "seed": seed}))
-    assert chaos.error is None, f"the cluster did not come back from a fault: {chaos.error!r}"
-    assert all(survivors.values()), f"broker processes died: {survivors}"
+    failed: dict[str, object] = {k: verdict[k] for k in MUST_BE_ZERO if verdict[k]}
+    if chaos.error is not None:  # the cluster was not whole again within 90 s of a fault
+        failed["not_recovered"] = repr(chaos.error)
+    if not all(survivors.values()):
+        failed["dead_processes"] = [n for n, alive in survivors.items() if not alive]
+    assert not failed, f"adversarial chaos verdicts failed: {failed} (seed={seed})"
     assert verdict["faults"] >= 1 and verdict["acked"] > 100, "the run did too little to judge"
     assert verdict["large_sent"] >= 1, "no large message was acknowledged"
-    bad = {k: verdict[k] for k in MUST_BE_ZERO if verdict[k]}
-    assert not bad, f"adversarial chaos verdicts failed: {bad} (seed={seed})"
