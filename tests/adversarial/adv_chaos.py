@@ -1,11 +1,11 @@
 """Seeded faults, one at a time: kill -9, SIGTERM, SIGSTOP/SIGCONT and restarts of MMs and CMs.
 
-MMs are signalled and restarted through the local controller's HTTP API (what ``hybridmq local
-kill|start`` uses); CMs through the cluster runner (the controller does not own them). Each fault
+MMs and CMs are signalled and restarted through the cluster runner (``ReplicatedLocalCluster``, what
+``hybridmq local`` runs; its controller's ``/kill`` and ``/start`` call the same methods). Each fault
 is recorded as ``(start, end)``: from the signal until the cluster is whole again (the process back,
 every partition in sync, every CM linked to every MM).
 
-The thread that starts a CM is its parent for ``PR_SET_PDEATHSIG``: this thread stays alive until
+The thread that starts a process is its parent for ``PR_SET_PDEATHSIG``: this thread stays alive until
 ``release`` is set, after the run has read everything.
 """
 
@@ -15,7 +15,6 @@ import random
 import signal
 import threading
 import time
-import urllib.request
 
 from adv_checker import History
 
@@ -43,19 +42,14 @@ class Chaos(threading.Thread):
         self.log: list[str] = []
         self.error: BaseException | None = None
 
-    def _controller(self, path: str) -> None:
-        req = urllib.request.Request(self.cluster.controller_url + path, method="POST")
-        with urllib.request.urlopen(req, timeout=60) as resp:
-            resp.read()
-
     def _mm(self, name: str, sig: str) -> None:
-        self._controller(f"/kill/{name}?signal={sig}")
+        self.cluster.kill_mm(name, getattr(signal, f"SIG{sig}"))
         if sig == "STOP":
             time.sleep(self.rng.uniform(1.5, 3.0))  # past the 1 s lease: the partition fails over
-            self._controller(f"/kill/{name}?signal=CONT")
+            self.cluster.kill_mm(name, signal.SIGCONT)
         else:
             time.sleep(self.rng.uniform(0.3, 2.0))
-            self._controller(f"/start/{name}")
+            self.cluster.start_mm(name)
         self.cluster.wait_in_sync(timeout=90)
         self.cluster.wait_linked(timeout=60)
 
