@@ -23,7 +23,7 @@ lint-chart: $(STAMP) k8s-binaries
 lock: $(STAMP)
 	$(PY) requirements/lock.py
 
-.PHONY: setup system-packages k8s-binaries lint fmt test test-unit test-broker test-k8s demo cluster-up cluster-down crds bench clean
+.PHONY: setup system-packages k8s-binaries lint fmt test test-unit test-broker test-k8s adversarial demo cluster-up cluster-down crds bench clean
 
 setup: system-packages $(STAMP) k8s-binaries
 
@@ -58,6 +58,10 @@ test-unit: $(STAMP)
 
 test-broker: $(STAMP)
 	$(VENV)/bin/pytest -ra tests/broker
+
+# The adversarial suite, long (default 300 s; HYBRIDMQ_ADVERSARIAL_SECONDS and _SEED override)
+adversarial: $(STAMP)
+	HYBRIDMQ_ADVERSARIAL_SECONDS=$${HYBRIDMQ_ADVERSARIAL_SECONDS:-300} $(VENV)/bin/pytest -ra -s tests/adversarial
 
 test-k8s: setup
 	$(VENV)/bin/pytest -ra tests/k8s tests/e2e
