@@ -47,6 +47,9 @@ class Topology:
     fixed: int = 3
     fixed_replicas: int = 2
     on_demand_per_mm: int = 1
+    # Short, so the demo shows the drained on-demand partition collected; the default is 5 minutes
+    # (time for a stopped stream reader to come back to a partition it has not read).
+    retention_after_drain_s: int = 3
 
     @property
     def pods(self) -> int:
@@ -69,7 +72,10 @@ def brokercluster_manifest(topology: Topology, namespace: str = NAMESPACE) -> di
                     replicas=topology.fixed_replicas,
                     min_in_sync=min(2, topology.fixed_replicas),
                 ),
-                on_demand=OnDemandPartitionsSpec(per_message_manager=topology.on_demand_per_mm),
+                on_demand=OnDemandPartitionsSpec(
+                    per_message_manager=topology.on_demand_per_mm,
+                    retention_after_drain_seconds=topology.retention_after_drain_s,
+                ),
             ),
         ),
     )

@@ -130,8 +130,9 @@ def crash_and_fail_over(
     one), delete the primary MM of ``name`` meanwhile; returns how long after its successor's
     first log line the partition had a new primary, and that successor's log."""
     ns = kube.namespace
-    old_pod = ready_operator(kube)
-    assert old_pod is not None
+    # The operator pod has a readiness probe: after the previous crash it is Ready again only once
+    # its startup handlers ran.
+    old_pod = wait_for(lambda: ready_operator(kube), 120, "a Ready operator pod")
     old_pid = local_cluster.container_pid(ns, old_pod, "operator")
     log = local_cluster.container_log(ns, old_pod, "operator")
     assert old_pid is not None and log is not None
