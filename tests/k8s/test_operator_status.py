@@ -68,6 +68,11 @@ def test_status_and_partitions_gauge_on_a_healthy_cluster(
     kube: Kube, cluster: str, operator: OperatorProcess
 ) -> None:
     wait_for(lambda: conditions(kube, cluster).get("Ready", {}).get("status") == "True", 60, "Ready")
+    # Right after start-up a backup may still be catching up (Degraded=True, ReducedRedundancy):
+    # a healthy cluster settles at Degraded=False.
+    wait_for(
+        lambda: conditions(kube, cluster).get("Degraded", {}).get("status") == "False", 60, "Degraded=False"
+    )
     conds = conditions(kube, cluster)
     assert conds["Degraded"]["status"] == "False" and "ScaleDownBlocked" not in conds
     by_type: dict[tuple[str, str], int] = {}
