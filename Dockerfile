@@ -27,6 +27,11 @@ RUN /opt/hybridmq/bin/pip wheel --no-cache-dir --no-deps --wheel-dir /dist . \
 
 # --- runtime ---------------------------------------------------------------------------------------
 FROM ${PYTHON_IMAGE}
+RUN groupadd --system --gid 10001 hybridmq \
+ && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
+      --shell /usr/sbin/nologin hybridmq
+COPY --from=builder /opt/hybridmq /opt/hybridmq
+# The labels come after the heavy layers: a new revision changes metadata only, not the cached layers.
 ARG PYTHON_IMAGE
 ARG VERSION=0.1.0
 ARG REVISION=unknown
@@ -41,10 +46,6 @@ LABEL org.opencontainers.image.title="hybridmq-operator" \
       org.opencontainers.image.vendor="HybridMQ" \
       org.opencontainers.image.licenses="Apache-2.0" \
       org.opencontainers.image.base.name="${PYTHON_IMAGE}"
-RUN groupadd --system --gid 10001 hybridmq \
- && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
-      --shell /usr/sbin/nologin hybridmq
-COPY --from=builder /opt/hybridmq /opt/hybridmq
 ENV PATH=/opt/hybridmq/bin:${PATH} \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \

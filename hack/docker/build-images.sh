@@ -21,14 +21,18 @@ official="${PYTHON_IMAGE:-$(sed -n 's/^ARG PYTHON_IMAGE=//p' Dockerfile)}"
 base="$("${here}/base-image.sh" "${official}")"
 revision="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 
+# The builder stage is tagged too (hybridmq.local/build-cache:NAME): the classic builder keeps a
+# stage's layers only as long as an image refers to them, and dangling images are pruned below.
 build() {
-  local tag="$1" dockerfile="$2"
+  local tag="$1" dockerfile="$2" name="$3"
   say "docker build ${tag} (${dockerfile}, FROM ${base})"
-  DOCKER_BUILDKIT=0 docker build --quiet \
-    --build-arg "PYTHON_IMAGE=${base}" --build-arg "REVISION=${revision}" \
-    -f "${dockerfile}" -t "${tag}" . >/dev/null
+  local common=(--quiet --build-arg "PYTHON_IMAGE=${base}" -f "${dockerfile}")
+  DOCKER_BUILDKIT=0 docker build "${common[@]}" --target builder -t "hybridmq.local/build-cache:${name}" . >/dev/null
+  DOCKER_BUILDKIT=0 docker build "${common[@]}" --build-arg "REVISION=${revision}" -t "${tag}" . >/dev/null
 }
-build "${OPERATOR_IMAGE:-ghcr.io/hybridmq/operator:dev}" Dockerfile
-build "${BROKER_IMAGE:-ghcr.io/hybridmq/broker:dev}" broker-image/Dockerfile
+build "${OPERATOR_IMAGE:-ghcr.io/hybridmq/operator:dev}" Dockerfile operator
+build "${BROKER_IMAGE:-ghcr.io/hybridmq/broker:dev}" broker-image/Dockerfile broker
+# Earlier builds of these images (now untagged) would otherwise pile up in the engine's data root.
+docker image prune --force >/dev/null
 say "done"
 echo "DOCKER_HOST=${DOCKER_HOST}"
