@@ -11,7 +11,7 @@ export PYTHONPATH := $(CURDIR)/hack$(if $(PYTHONPATH),:$(PYTHONPATH))
 
 lint-images: $(STAMP)
 	$(VENV)/bin/hadolint Dockerfile broker-image/Dockerfile
-	shellcheck hack/kind-demo.sh hack/docker/*.sh
+	shellcheck hack/kind-demo.sh hack/docker/*.sh hack/kind/build.sh
 
 lint-chart: $(STAMP) k8s-binaries
 	helm="$$(hack/k8sbin/build.sh)/helm" && \
@@ -23,7 +23,7 @@ lint-chart: $(STAMP) k8s-binaries
 lock: $(STAMP)
 	$(PY) requirements/lock.py
 
-.PHONY: setup system-packages docker-engine images k8s-binaries lint fmt test test-unit test-broker test-k8s demo cluster-up cluster-down crds bench clean
+.PHONY: setup system-packages docker-engine images kind k8s-binaries lint fmt test test-unit test-broker test-k8s demo cluster-up cluster-down crds bench clean
 
 setup: system-packages $(STAMP) k8s-binaries
 
@@ -49,6 +49,10 @@ $(STAMP): pyproject.toml
 
 k8s-binaries:
 	@hack/k8sbin/build.sh >/dev/null
+
+# kind from source (pinned), into ~/.cache/hybridmq/kind/; see hack/kind/README.md for the node image.
+kind:
+	@hack/kind/build.sh
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
