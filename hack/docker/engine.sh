@@ -132,6 +132,10 @@ stop() {
     fi
   fi
   rm -f "${pidfile}"
+  # dockerd leaves its default network namespace bind-mounted under the exec root.
+  local mnt
+  awk -v root="${dir}/run/" 'index($5, root) == 1 {print $5}' /proc/self/mountinfo | sort -r |
+    while read -r mnt; do umount "${mnt}" || true; done
   if ip link show "${bridge}" >/dev/null 2>&1; then
     ip link delete "${bridge}"
   fi
