@@ -11,6 +11,8 @@ ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm
 
 # --- builder: a venv with the pinned dependencies and the project's wheel -------------------------
 FROM ${PYTHON_IMAGE} AS builder
+# Labelled so that stale builder images can be pruned without touching anyone else's images.
+LABEL org.opencontainers.image.vendor="HybridMQ"
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1
 WORKDIR /src

@@ -32,7 +32,7 @@ build() {
 }
 build "${OPERATOR_IMAGE:-ghcr.io/hybridmq/operator:dev}" Dockerfile operator
 build "${BROKER_IMAGE:-ghcr.io/hybridmq/broker:dev}" broker-image/Dockerfile broker
-# Earlier builds of these images (now untagged) would otherwise pile up in the engine's data root.
-docker image prune --force >/dev/null
+# Earlier builds of our images (now untagged) would otherwise pile up; other images are left alone.
+docker image prune --force --filter label=org.opencontainers.image.vendor=HybridMQ >/dev/null
 say "done"
 echo "DOCKER_HOST=${DOCKER_HOST}"

@@ -81,6 +81,9 @@ start() {
   [[ $(id -u) == 0 ]] || die "starting our own dockerd needs root"
   mkdir -p "${dir}/data" "${dir}/run"
   if ! ip link show "${bridge}" >/dev/null 2>&1; then
+    local taken
+    taken="$(ip -4 route show match "${cidr%/*}" | grep -v '^default' || true)"
+    [[ -z "${taken}" ]] || die "${cidr} collides with a route of this host (${taken}): set HYBRIDMQ_DOCKER_CIDR"
     ip link add "${bridge}" type bridge
     ip addr add "${cidr}" dev "${bridge}"
   fi
