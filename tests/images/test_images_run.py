@@ -46,25 +46,28 @@ def test_operator_image_without_cluster_exits_with_clear_error(docker: Docker) -
     assert "no Kubernetes cluster configured" in proc.stderr.strip().splitlines()[-1]
 
 
-def test_privileged_container_starts(docker: Docker) -> None:
-    """What kind's node containers need: --privileged works even where the host withholds capabilities."""
-    proc = docker.container(
-        "--rm",
-        "--network",
-        "none",
-        "--privileged",
-        "--user",
-        "0",
-        "--entrypoint",
-        "cat",
-        BROKER_IMAGE,
-        "/proc/self/status",
-    )
-    assert proc.returncode == 0, proc.stderr
-    effective = int(
-        next(line for line in proc.stdout.splitlines() if line.startswith("CapEff:")).split()[1], 16
-    )
-    assert effective >> 21 & 1, "CAP_SYS_ADMIN missing from a privileged container"
+def _effective_caps(status: str) -> int:
+    return int(next(line for line in status.splitlines() if line.startswith("CapEff:")).split()[1], 16)
+
+
+def test_privileged_container_and_exec(docker: Docker) -> None:
+    """What kind's node containers need: `docker run --privileged` and `docker exec --privileged` work
+    even where the host withholds capabilities."""
+    name = f"privileged-{docker.session}"
+    started = docker.container(
+        "--detach", "--name", name, "--network", "none", "--privileged", "--user", "0",
+        "--entrypoint", "sleep", BROKER_IMAGE, "300",
+    )  # fmt: skip
+    assert started.returncode == 0, started.stderr
+    try:
+        inside = docker.run("exec", "--privileged", name, "cat", "/proc/self/status")
+        assert inside.returncode == 0, inside.stderr
+        assert _effective_caps(inside.stdout) >> 21 & 1, "CAP_SYS_ADMIN missing from a privileged exec"
+        top = docker.run("exec", name, "cat", "/proc/1/status")
+        assert top.returncode == 0, top.stderr
+        assert _effective_caps(top.stdout) >> 21 & 1, "CAP_SYS_ADMIN missing from a privileged container"
+    finally:
+        docker.run("rm", "--force", name)
 
 
 def _cm_linked(http_port: int, mm: str) -> bool:
