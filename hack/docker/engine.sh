@@ -88,6 +88,11 @@ start() {
     ip addr add "${cidr}" dev "${bridge}"
   fi
   ip link set "${bridge}" up
+  # dockerd turns on IP forwarding and sets the FORWARD policy to DROP: remember them for stop.
+  if [[ ! -f "${dir}/host-state" ]]; then
+    printf '%s %s\n' "$(cat /proc/sys/net/ipv4/ip_forward)" \
+      "$(iptables -S FORWARD 2>/dev/null | awk '$1 == "-P" {print $3; exit}')" >"${dir}/host-state"
+  fi
   # An empty config file: a daemon.json of the host's engine must not leak into ours.
   echo '{}' >"${dir}/daemon.json"
   local args=(
@@ -141,6 +146,13 @@ stop() {
     while read -r mnt; do umount "${mnt}" || true; done
   if ip link show "${bridge}" >/dev/null 2>&1; then
     ip link delete "${bridge}"
+  fi
+  if [[ -f "${dir}/host-state" ]]; then
+    local forward policy
+    read -r forward policy <"${dir}/host-state"
+    echo "${forward}" >/proc/sys/net/ipv4/ip_forward
+    [[ -z "${policy}" ]] || iptables -P FORWARD "${policy}"
+    rm -f "${dir}/host-state"
   fi
 }
 
