@@ -12,7 +12,7 @@
 # points pip at the system trust store (Debian's pip otherwise uses its own bundle).
 #
 # Settings: DEBIAN_MIRROR (default http://deb.debian.org/debian), LOCAL_BASE_IMAGE
-# (default hybridmq.local/python:3.11-bookworm), PULL_TIMEOUT (seconds, default 60).
+# (default hybridmq.local/python:3.11-bookworm), PULL_TIMEOUT (seconds, default 20).
 set -euo pipefail
 
 official="${1:?usage: $0 OFFICIAL_IMAGE}"
@@ -26,7 +26,7 @@ if has "${official}"; then
   echo "${official}"
   exit 0
 fi
-if timeout "${PULL_TIMEOUT:-60}" docker pull -q "${official}" >/dev/null 2>&1; then
+if timeout "${PULL_TIMEOUT:-20}" docker pull -q "${official}" >/dev/null 2>&1; then
   echo "${official}"
   exit 0
 fi
