@@ -11,6 +11,8 @@ ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm
 
 # --- builder: a venv with the pinned dependencies and the project's wheel -------------------------
 FROM ${PYTHON_IMAGE} AS builder
+# Labelled so that stale builder images can be pruned without touching anyone else's images.
+LABEL org.opencontainers.image.vendor="HybridMQ"
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1
 WORKDIR /src
@@ -27,6 +29,11 @@ RUN /opt/hybridmq/bin/pip wheel --no-cache-dir --no-deps --wheel-dir /dist . \
 
 # --- runtime ---------------------------------------------------------------------------------------
 FROM ${PYTHON_IMAGE}
+RUN groupadd --system --gid 10001 hybridmq \
+ && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
+      --shell /usr/sbin/nologin hybridmq
+COPY --from=builder /opt/hybridmq /opt/hybridmq
+# The labels come after the heavy layers: a new revision changes metadata only, not the cached layers.
 ARG PYTHON_IMAGE
 ARG VERSION=0.1.0
 ARG REVISION=unknown
@@ -41,10 +48,6 @@ LABEL org.opencontainers.image.title="hybridmq-operator" \
       org.opencontainers.image.vendor="HybridMQ" \
       org.opencontainers.image.licenses="Apache-2.0" \
       org.opencontainers.image.base.name="${PYTHON_IMAGE}"
-RUN groupadd --system --gid 10001 hybridmq \
- && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
-      --shell /usr/sbin/nologin hybridmq
-COPY --from=builder /opt/hybridmq /opt/hybridmq
 ENV PATH=/opt/hybridmq/bin:${PATH} \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \

@@ -11,7 +11,7 @@ export PYTHONPATH := $(CURDIR)/hack$(if $(PYTHONPATH),:$(PYTHONPATH))
 
 lint-images: $(STAMP)
 	$(VENV)/bin/hadolint Dockerfile broker-image/Dockerfile
-	shellcheck hack/kind-demo.sh
+	shellcheck hack/kind-demo.sh hack/docker/*.sh hack/kind/build.sh
 
 lint-chart: $(STAMP) k8s-binaries
 	helm="$$(hack/k8sbin/build.sh)/helm" && \
@@ -23,13 +23,23 @@ lint-chart: $(STAMP) k8s-binaries
 lock: $(STAMP)
 	$(PY) requirements/lock.py
 
-.PHONY: setup system-packages k8s-binaries lint fmt test test-unit test-broker test-k8s adversarial demo cluster-up cluster-down crds bench clean
+.PHONY: setup system-packages docker-engine images kind k8s-binaries lint fmt test test-unit test-broker test-k8s adversarial demo cluster-up cluster-down crds bench clean
 
 setup: system-packages $(STAMP) k8s-binaries
 
-# Debian packages the lint and tests use (root machines; apt-get update only when something is missing).
+# Debian packages the lint and tests use (root machines; apt-get update only when something is missing),
+# and docker.io when no Docker engine answers and dockerd is missing.
 system-packages:
 	@command -v shellcheck >/dev/null || (apt-get update -qq && apt-get install -y -qq shellcheck)
+	@hack/docker/engine.sh install
+
+# The project's Docker engine (reused when one answers; see hack/docker/engine.sh stop to stop ours).
+docker-engine: system-packages
+	@hack/docker/engine.sh start
+
+# Both images from the repository's Dockerfiles (base image made here when no registry has it).
+images: docker-engine
+	hack/docker/build-images.sh
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -39,6 +49,10 @@ $(STAMP): pyproject.toml
 
 k8s-binaries:
 	@hack/k8sbin/build.sh >/dev/null
+
+# kind from source (pinned), into ~/.cache/hybridmq/kind/; see hack/kind/README.md for the node image.
+kind:
+	@hack/kind/build.sh
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -73,8 +73,31 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def cluster_config_error() -> str | None:
+    """Why no Kubernetes API can be reached from here, or None when a configuration exists.
+
+    Kopf would otherwise retry its login handlers and end in a stack of tracebacks; the same lookup as
+    the operator's client (in-cluster service account, else $KUBECONFIG or ~/.kube/config).
+    """
+    import pykube
+
+    try:
+        pykube.KubeConfig.from_env()
+    except (pykube.exceptions.PyKubeError, OSError) as exc:
+        return str(exc)
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    reason = cluster_config_error()
+    if reason is not None:
+        print(
+            "hybridmq-operator: no Kubernetes cluster configured: not in a pod (no service account) "
+            f"and no kubeconfig (KUBECONFIG or ~/.kube/config): {reason}",
+            file=sys.stderr,
+        )
+        return 2
     kopf.configure(verbose=args.verbose, debug=args.debug)
     logging.getLogger("hybridmq_operator").setLevel(logging.DEBUG if args.debug else logging.INFO)
 

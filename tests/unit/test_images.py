@@ -1,7 +1,6 @@
 """The container images: hadolint-clean Dockerfiles, their shape, pinned dependencies, the demo script.
 
-No Docker engine runs here, so the images are linted and inspected, not built; `hack/kind-demo.sh`
-builds them on a machine with Docker.
+These are static checks; tests/images builds both images on the project's Docker engine and runs them.
 """
 
 from __future__ import annotations
