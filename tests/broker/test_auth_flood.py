@@ -1,0 +1,84 @@
+"""A flood of wrong passwords does not slow down an authenticated client.
+
+Real CM and MM processes with credentials; ``password_flood.py`` runs as its own process and keeps
+32 connections at a time sending HELLOs with wrong passwords for a real user, while alice, connected
+before, produces one message at a time and times each acknowledgement. What a user checks:
+
+* every flood HELLO was refused with AUTH_FAILED or the retriable AUTH_BUSY (none accepted, none
+  left unanswered);
+* alice's p99 during the flood stays within a bound of her quiet p99 measured in the same run (the
+  worse of the windows before and after, as the machine's load drifts);
+* a client connecting after the flood gets in at once.
+
+The CM's CPU during the flood is printed (a wrong password still costs one PBKDF2 verification; the
+gate bounds how many run at a time and how fast one connection may guess).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+from hybridmq.client import Producer
+from hybridmq.local.runner import LocalCluster
+
+FLOOD = Path(__file__).with_name("password_flood.py")
+WINDOW_S = 4.0
+ALICE = {"user": "alice", "password": "alice-secret"}
+
+
+def p99(samples: list[float]) -> float:
+    return statistics.quantiles(samples, n=100, method="inclusive")[98]
+
+
+async def sends_for(
+    producer: Producer, seconds: float, until: asyncio.Future[object] | None = None
+) -> list[float]:
+    """Acknowledgement latencies of one-at-a-time sends for ``seconds`` (or until ``until`` is done)."""
+    latencies: list[float] = []
+    end = time.monotonic() + seconds
+    while time.monotonic() < end if until is None else not until.done():
+        start = time.perf_counter()
+        await producer.send("queue:alice.work", b"x" * 100)
+        latencies.append(time.perf_counter() - start)
+    return latencies
+
+
+async def test_wrong_password_flood_is_refused_without_slowing_others(secure_cluster: LocalCluster) -> None:
+    cm = psutil.Process(secure_cluster.pid("cm-0"))
+    producer = await Producer.connect(secure_cluster.bootstrap, **ALICE)
+    await sends_for(producer, 1.0)  # warm-up
+    before = await sends_for(producer, WINDOW_S)
+    cpu_start = sum(cm.cpu_times()[:2])
+    started = time.monotonic()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, str(FLOOD), secure_cluster.bootstrap, "--user", "alice", "--seconds", str(WINDOW_S),
+        stdout=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    finished = asyncio.ensure_future(proc.communicate())
+    during = await sends_for(producer, 0, until=finished)
+    out, _ = await finished
+    flood_s = time.monotonic() - started
+    cm_cores = (sum(cm.cpu_times()[:2]) - cpu_start) / flood_s
+    after = await sends_for(producer, WINDOW_S)
+    # the one connected before the flood still works, and a new legitimate one gets in
+    async with await Producer.connect(secure_cluster.bootstrap, **ALICE) as again:
+        await again.send("queue:alice.work", b"after the flood")
+    await producer.close()
+
+    answers: dict[str, int] = json.loads(out.decode().strip().splitlines()[-1])
+    quiet, flood = max(p99(before), p99(after)), p99(during)
+    print(
+        f"\nflood answers in {flood_s:.1f} s: {answers}; CM CPU {cm_cores:.2f} cores"
+        f"\nquiet p99 {p99(before) * 1000:.1f} / {p99(after) * 1000:.1f} ms (before / after, n={len(before)}"
+        f"+{len(after)}), flood p99 {flood * 1000:.1f} ms (n={len(during)}), ratio {flood / quiet:.2f}"
+    )
+    assert sum(answers.values()) >= 50, answers
+    assert set(answers) <= {"error_10", "error_15"}, answers  # AUTH_FAILED, AUTH_BUSY
+    assert flood <= 2.0 * quiet + 0.005, (flood, quiet)
