@@ -1,4 +1,5 @@
-"""A flood of wrong passwords does not slow down an authenticated client.
+"""A flood of wrong passwords does not slow down an authenticated client; a client that has not
+authenticated gets no large buffer.
 
 Real CM and MM processes with credentials; ``password_flood.py`` runs as its own process and keeps
 32 connections at a time sending HELLOs with wrong passwords for a real user, while alice, connected
@@ -19,12 +20,15 @@ from __future__ import annotations
 import asyncio
 import json
 import statistics
+import struct
 import sys
 import time
 from pathlib import Path
 
+import msgpack
 import psutil
 
+from hybridmq.api.frames import ErrorCode
 from hybridmq.client import Producer
 from hybridmq.local.runner import LocalCluster
 
@@ -82,3 +86,20 @@ async def test_wrong_password_flood_is_refused_without_slowing_others(secure_clu
     assert sum(answers.values()) >= 50, answers
     assert set(answers) <= {"error_10", "error_15"}, answers  # AUTH_FAILED, AUTH_BUSY
     assert flood <= 2.0 * quiet + 0.005, (flood, quiet)
+
+
+async def test_a_huge_hello_is_refused_before_its_body_is_read(secure_cluster: LocalCluster) -> None:
+    """Before authentication a client gets no buffer of the full frame size (16 MiB by default)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", secure_cluster.cm_port)
+    try:
+        body = msgpack.packb({"t": 1, "v": 1, "id": "big", "user": "alice", "password": "p" * (1 << 20)})
+        writer.write(struct.pack(">I", len(body)) + body[:1000])  # the rest never comes
+        await writer.drain()
+        started = time.monotonic()
+        (size,) = struct.unpack(">I", await asyncio.wait_for(reader.readexactly(4), 30))
+        reply = msgpack.unpackb(await reader.readexactly(size))
+        assert time.monotonic() - started < 5  # at once, not after the handshake timeout
+    finally:
+        writer.close()
+    assert reply["t"] == 3 and reply["code"] == ErrorCode.FRAME_TOO_LARGE and reply["fatal"] is True, reply
+    assert f"frame of {len(body)} bytes exceeds" in reply["msg"], reply

@@ -66,6 +66,8 @@ from hybridmq.broker.protocol.connection import HIGH_WATER, ConnectionClosed
 log = logging.getLogger(__name__)
 CONSUMABLE_RESERVED = (DMQ_DESTINATION, LOG_DESTINATION)
 MAX_PATTERN = 256
+# A HELLO is a handful of short fields: a peer that has not authenticated gets no max_frame-sized buffer.
+MAX_HELLO = 64 * 1024
 
 
 @dataclass
@@ -231,7 +233,7 @@ class ConnectionManager:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         conn = Connection(reader, writer, self.config.max_frame, name=f"cm:{self.config.name}")
         try:
-            hello = await asyncio.wait_for(read_frame(reader, self.config.max_frame), 10)
+            hello = await asyncio.wait_for(read_frame(reader, min(MAX_HELLO, self.config.max_frame)), 10)
         except (ProtocolError, TimeoutError, ConnectionError, asyncio.IncompleteReadError) as exc:
             code = exc.code if isinstance(exc, ProtocolError) else ErrorCode.PROTOCOL_ERROR
             log.warning("protocol error from %s during the handshake: %s", conn.peer, exc)
