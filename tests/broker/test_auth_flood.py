@@ -23,13 +23,15 @@ import statistics
 import struct
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import msgpack
 import psutil
+import pytest
 
 from hybridmq.api.frames import ErrorCode
-from hybridmq.client import Producer
+from hybridmq.client import ClientError, Producer
 from hybridmq.local.runner import LocalCluster
 
 FLOOD = Path(__file__).with_name("password_flood.py")
@@ -103,3 +105,30 @@ async def test_a_huge_hello_is_refused_before_its_body_is_read(secure_cluster: L
         writer.close()
     assert reply["t"] == 3 and reply["code"] == ErrorCode.FRAME_TOO_LARGE and reply["fatal"] is True, reply
     assert f"frame of {len(body)} bytes exceeds" in reply["msg"], reply
+
+
+@pytest.fixture(scope="module")
+def tight_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """1 CM that lets one HELLO wait for a password check and answers failures at once."""
+    d = tmp_path_factory.mktemp("tight")
+    (d / "users").write_text("alice:alice-secret\n")
+    args = ["--auth-concurrency", "1", "--auth-max-waiting", "1", "--auth-failure-delay", "0"]
+    with LocalCluster(d / "run", mms=1, credentials=d / "users", cm_args=args) as c:
+        yield c
+
+
+async def test_hellos_beyond_the_queue_get_a_retriable_busy_error(tight_cluster: LocalCluster) -> None:
+    async def attempt(i: int) -> object:
+        try:
+            await Producer.connect(tight_cluster.bootstrap, user="alice", password=f"guess-{i}")
+        except ClientError as exc:
+            return exc
+        return "accepted"
+
+    got = await asyncio.gather(*(attempt(i) for i in range(20)))
+    codes = [e.code if isinstance(e, ClientError) else e for e in got]
+    assert set(codes) == {ErrorCode.AUTH_FAILED, ErrorCode.AUTH_BUSY}, codes
+    busy = next(e for e in got if isinstance(e, ClientError) and e.code == ErrorCode.AUTH_BUSY)
+    assert "too many authentications in progress, retry later" in str(busy)
+    async with await Producer.connect(tight_cluster.bootstrap, **ALICE) as p:  # once it is quiet again
+        await p.send("queue:alice.work", b"in")
