@@ -12,7 +12,8 @@ on one connection and replies may come out of order.
 
 Handshake: the connecting side sends ``HELLO {v, id, user, password, role}``; the server answers
 ``HELLO_OK {v, session, node, max_frame}`` or a fatal ``ERROR`` (``UNSUPPORTED_VERSION``,
-``AUTH_FAILED``) and closes. Nothing else is accepted before ``HELLO_OK``.
+``AUTH_FAILED``, or ``AUTH_BUSY``: too many authentications in progress, retry) and closes. Nothing
+else is accepted before ``HELLO_OK``.
 
 Records and batches: a producer packs many records into ONE opaque blob ``b`` (msgpack array of
 ``[value, key, headers, timestamp_ms]``); CM and MM never decode it. A batch names its destination
@@ -128,6 +129,8 @@ class ErrorCode(IntEnum):
     ACL_DENIED = 12
     RESERVED_NAME = 13
     INVALID_DESTINATION = 14
+    # The CM has too many authentications in progress: nothing was checked, reconnect later (retriable).
+    AUTH_BUSY = 15
     UNKNOWN_PARTITION = 20
     NOT_PRIMARY = 21
     STALE_EPOCH = 22

@@ -145,6 +145,9 @@ def cmd_cm(args: argparse.Namespace) -> None:
         port=port,
         max_frame=args.max_frame,
         cluster_secret=_cluster_secret(args),
+        auth_concurrency=args.auth_concurrency,
+        auth_max_waiting=args.auth_max_waiting,
+        auth_failure_delay_s=args.auth_failure_delay,
     )
     config.directory_config = args.directory_config  # static application registrations
     cm = ConnectionManager(
@@ -252,6 +255,13 @@ def main(argv: list[str] | None = None) -> None:
     _common_server(cm, 7000)
     cm.add_argument("--credentials", default=_env("CREDENTIALS"), help="user:password file or Secret dir")
     cm.add_argument("--acl", default=_env("ACL"), help="ACL JSON file")
+    for flag, kind, default, text in (
+        ("--auth-concurrency", int, "1", "password hashes verified at a time"),
+        ("--auth-max-waiting", int, "64", "HELLOs queued for a verification; more get AUTH_BUSY"),
+        ("--auth-failure-delay", float, "0.5", "seconds before answering a wrong password"),
+    ):
+        env = _env(flag[2:].upper().replace("-", "_"), default) or default
+        cm.add_argument(flag, type=kind, default=kind(env), help=text)
     cm.add_argument(
         "--directory-config", default=_env("DIRECTORY_CONFIG"), help="static application registrations (JSON)"
     )

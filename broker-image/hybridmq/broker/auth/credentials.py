@@ -4,6 +4,12 @@ Sources: a mounted Secret directory (one file per user, the file content is the 
 of ``user:password`` lines. Plain passwords are hashed on load and dropped; a file may also hold
 already-hashed entries ``user:pbkdf2$<iterations>$<salt hex>$<hash hex>`` (``hash_password``
 produces them). No source configured means authentication is off (any user name is accepted).
+
+Successful verifications are cached (bounded, keyed by the user and a keyed BLAKE2 digest of the
+password under a per-process random key, never the password itself), so a legitimate reconnect
+costs no PBKDF2; any change of the credentials empties the cache. Unknown users are checked against
+a dummy hash made once, at the same iteration count as real entries, so timing does not reveal
+which users exist.
 """
 
 from __future__ import annotations
@@ -11,10 +17,13 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
+import threading
+from collections import OrderedDict
 from pathlib import Path
 
 ITERATIONS = 20_000
 _PREFIX = "pbkdf2$"
+CACHE_SIZE = 1024
 
 
 def hash_password(password: str, iterations: int = ITERATIONS) -> str:
@@ -33,23 +42,56 @@ def verify_password(password: str, stored: str) -> bool:
 
 
 class CredentialStore:
-    def __init__(self, hashes: dict[str, str] | None = None) -> None:
+    def __init__(self, hashes: dict[str, str] | None = None, cache_size: int = CACHE_SIZE) -> None:
         self._hashes: dict[str, str] = dict(hashes or {})
         self.enabled = hashes is not None
+        self._cache_key = os.urandom(32)
+        self._cache: OrderedDict[tuple[str, bytes], None] = OrderedDict()
+        self._cache_size = cache_size
+        self._cache_lock = threading.Lock()  # checks run on executor threads, lookups on the loop
+        self._dummy: str | None = None
+        self.pbkdf2_checks = 0  # full verifications done (what the cache and the CM's gate save)
 
     def add(self, user: str, password: str) -> None:
         self._hashes[user] = password if password.startswith(_PREFIX) else hash_password(password)
+        with self._cache_lock:
+            self._cache.clear()
         self.enabled = True
 
-    def authenticate(self, user: str | None, password: str | None) -> bool:
+    def _cache_entry(self, user: str, password: str) -> tuple[str, bytes]:
+        digest = hashlib.blake2b(password.encode(), key=self._cache_key, digest_size=32).digest()
+        return user, digest
+
+    def cached(self, user: str | None, password: str | None) -> bool | None:
+        """The answer when it needs no PBKDF2 (authentication off, or verified before), else None."""
         if not self.enabled:
             return True
+        entry = self._cache_entry(user or "", password or "")
+        with self._cache_lock:
+            if entry in self._cache:
+                self._cache.move_to_end(entry)
+                return True
+        return None
+
+    def authenticate(self, user: str | None, password: str | None) -> bool:
+        if self.cached(user, password):
+            return True
         stored = self._hashes.get(user or "")
+        self.pbkdf2_checks += 1
         if stored is None:
             # Same cost as a real check, so timing does not reveal which users exist.
-            verify_password(password or "", hash_password("x", 1000))
+            if self._dummy is None:
+                self._dummy = hash_password(os.urandom(16).hex())
+            verify_password(password or "", self._dummy)
             return False
-        return verify_password(password or "", stored)
+        if not verify_password(password or "", stored):
+            return False
+        entry = self._cache_entry(user or "", password or "")
+        with self._cache_lock:
+            self._cache[entry] = None
+            while len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
+        return True
 
     @classmethod
     def load(cls, path: str | Path | None) -> CredentialStore:

@@ -1,7 +1,8 @@
 """The Connection Manager process.
 
 Per client connection (a *session*, id from ``IdGenerator``): the HELLO is authenticated against the
-``CredentialStore`` (a failure answers a fatal AUTH_FAILED to that client only), then frames are
+``CredentialStore`` through the ``AuthGate`` (bounded PBKDF2 work; a failure answers a fatal AUTH_FAILED
+to that client only, after a short delay; a full gate a fatal, retriable AUTH_BUSY), then frames are
 handled without decoding any record:
 
 * OPEN_PRODUCER picks the producer's partition: ``fixed`` = crc32(key) over the writable fixed
@@ -45,6 +46,7 @@ from hybridmq.api.frames import (
 from hybridmq.broker.assignment_source import AssignmentSource
 from hybridmq.broker.auth import AclTable, CredentialStore, cluster_secret
 from hybridmq.broker.auth.subscription_scope import may_reach
+from hybridmq.broker.auth.throttle import AuthBusy, AuthGate
 from hybridmq.broker.cm import fetch_route
 from hybridmq.broker.cm.directory import (
     Directory,
@@ -64,6 +66,8 @@ from hybridmq.broker.protocol.connection import HIGH_WATER, ConnectionClosed
 log = logging.getLogger(__name__)
 CONSUMABLE_RESERVED = (DMQ_DESTINATION, LOG_DESTINATION)
 MAX_PATTERN = 256
+# A HELLO is a handful of short fields: a peer that has not authenticated gets no max_frame-sized buffer.
+MAX_HELLO = 64 * 1024
 
 
 @dataclass
@@ -74,6 +78,9 @@ class CMConfig:
     max_frame: int = 16 * 1024 * 1024
     cluster_secret: str | None = None  # required: presented to every MM (auth/cluster_secret.py)
     directory_config: str | None = None  # static application registrations (cm/directory.py)
+    auth_concurrency: int = 1  # PBKDF2 verifications at a time (auth/throttle.py)
+    auth_max_waiting: int = 64  # HELLOs waiting for one; more are refused with AUTH_BUSY
+    auth_failure_delay_s: float = 0.5  # before answering AUTH_FAILED
 
 
 @dataclass(eq=False)
@@ -105,6 +112,9 @@ class ConnectionManager:
         self.config = config
         self.source = source
         self.credentials = credentials or CredentialStore()
+        self.auth = AuthGate(
+            self.credentials, config.auth_concurrency, config.auth_max_waiting, config.auth_failure_delay_s
+        )
         self.acl = acl or AclTable()
         self.ids = IdGenerator(config.name)
         self.links: dict[str, MMLink] = {}
@@ -223,7 +233,7 @@ class ConnectionManager:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         conn = Connection(reader, writer, self.config.max_frame, name=f"cm:{self.config.name}")
         try:
-            hello = await asyncio.wait_for(read_frame(reader, self.config.max_frame), 10)
+            hello = await asyncio.wait_for(read_frame(reader, min(MAX_HELLO, self.config.max_frame)), 10)
         except (ProtocolError, TimeoutError, ConnectionError, asyncio.IncompleteReadError) as exc:
             code = exc.code if isinstance(exc, ProtocolError) else ErrorCode.PROTOCOL_ERROR
             log.warning("protocol error from %s during the handshake: %s", conn.peer, exc)
@@ -241,9 +251,12 @@ class ConnectionManager:
             )
             return
         user = str(hello.get("user") or "anonymous")
-        ok = await asyncio.get_running_loop().run_in_executor(
-            None, self.credentials.authenticate, hello.get("user"), hello.get("password")
-        )
+        try:
+            ok = await self.auth.authenticate(hello.get("user"), hello.get("password"))
+        except AuthBusy:
+            log.warning("authentication busy: refused user %r from %s", user, conn.peer)
+            await self._refuse(conn, ErrorCode.AUTH_BUSY, "too many authentications in progress, retry later")
+            return
         if not ok:
             log.warning("authentication failed for user %r from %s", user, conn.peer)
             await self._refuse(conn, ErrorCode.AUTH_FAILED, f"authentication failed for user {user!r}")

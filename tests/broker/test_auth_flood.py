@@ -1,0 +1,134 @@
+"""A flood of wrong passwords does not slow down an authenticated client; a client that has not
+authenticated gets no large buffer.
+
+Real CM and MM processes with credentials; ``password_flood.py`` runs as its own process and keeps
+32 connections at a time sending HELLOs with wrong passwords for a real user, while alice, connected
+before, produces one message at a time and times each acknowledgement. What a user checks:
+
+* every flood HELLO was refused with AUTH_FAILED or the retriable AUTH_BUSY (none accepted, none
+  left unanswered);
+* alice's p99 during the flood stays within a bound of her quiet p99 measured in the same run (the
+  worse of the windows before and after, as the machine's load drifts);
+* a client connecting after the flood gets in at once.
+
+The CM's CPU during the flood is printed (a wrong password still costs one PBKDF2 verification; the
+gate bounds how many run at a time and how fast one connection may guess).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import statistics
+import struct
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import msgpack
+import psutil
+import pytest
+
+from hybridmq.api.frames import ErrorCode
+from hybridmq.client import ClientError, Producer
+from hybridmq.local.runner import LocalCluster
+
+FLOOD = Path(__file__).with_name("password_flood.py")
+WINDOW_S = 4.0
+ALICE = {"user": "alice", "password": "alice-secret"}
+
+
+def p99(samples: list[float]) -> float:
+    return statistics.quantiles(samples, n=100, method="inclusive")[98]
+
+
+async def sends_for(
+    producer: Producer, seconds: float, until: asyncio.Future[object] | None = None
+) -> list[float]:
+    """Acknowledgement latencies of one-at-a-time sends for ``seconds`` (or until ``until`` is done)."""
+    latencies: list[float] = []
+    end = time.monotonic() + seconds
+    while time.monotonic() < end if until is None else not until.done():
+        start = time.perf_counter()
+        await producer.send("queue:alice.work", b"x" * 100)
+        latencies.append(time.perf_counter() - start)
+    return latencies
+
+
+async def test_wrong_password_flood_is_refused_without_slowing_others(secure_cluster: LocalCluster) -> None:
+    cm = psutil.Process(secure_cluster.pid("cm-0"))
+    producer = await Producer.connect(secure_cluster.bootstrap, **ALICE)
+    await sends_for(producer, 1.0)  # warm-up
+    before = await sends_for(producer, WINDOW_S)
+    cpu_start = sum(cm.cpu_times()[:2])
+    started = time.monotonic()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, str(FLOOD), secure_cluster.bootstrap, "--user", "alice", "--seconds", str(WINDOW_S),
+        stdout=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    finished = asyncio.ensure_future(proc.communicate())
+    during = await sends_for(producer, 0, until=finished)
+    out, _ = await finished
+    flood_s = time.monotonic() - started
+    cm_cores = (sum(cm.cpu_times()[:2]) - cpu_start) / flood_s
+    after = await sends_for(producer, WINDOW_S)
+    # the one connected before the flood still works, and a new legitimate one gets in
+    async with await Producer.connect(secure_cluster.bootstrap, **ALICE) as again:
+        await again.send("queue:alice.work", b"after the flood")
+    await producer.close()
+
+    answers: dict[str, int] = json.loads(out.decode().strip().splitlines()[-1])
+    quiet, flood = max(p99(before), p99(after)), p99(during)
+    print(
+        f"\nflood answers in {flood_s:.1f} s: {answers}; CM CPU {cm_cores:.2f} cores"
+        f"\nquiet p99 {p99(before) * 1000:.1f} / {p99(after) * 1000:.1f} ms (before / after, n={len(before)}"
+        f"+{len(after)}), flood p99 {flood * 1000:.1f} ms (n={len(during)}), ratio {flood / quiet:.2f}"
+    )
+    assert sum(answers.values()) >= 50, answers
+    assert set(answers) <= {"error_10", "error_15"}, answers  # AUTH_FAILED, AUTH_BUSY
+    assert flood <= 2.0 * quiet + 0.005, (flood, quiet)
+
+
+async def test_a_huge_hello_is_refused_before_its_body_is_read(secure_cluster: LocalCluster) -> None:
+    """Before authentication a client gets no buffer of the full frame size (16 MiB by default)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", secure_cluster.cm_port)
+    try:
+        body = msgpack.packb({"t": 1, "v": 1, "id": "big", "user": "alice", "password": "p" * (1 << 20)})
+        writer.write(struct.pack(">I", len(body)) + body[:1000])  # the rest never comes
+        await writer.drain()
+        started = time.monotonic()
+        (size,) = struct.unpack(">I", await asyncio.wait_for(reader.readexactly(4), 30))
+        reply = msgpack.unpackb(await reader.readexactly(size))
+        assert time.monotonic() - started < 5  # at once, not after the handshake timeout
+    finally:
+        writer.close()
+    assert reply["t"] == 3 and reply["code"] == ErrorCode.FRAME_TOO_LARGE and reply["fatal"] is True, reply
+    assert f"frame of {len(body)} bytes exceeds" in reply["msg"], reply
+
+
+@pytest.fixture(scope="module")
+def tight_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """1 CM that lets one HELLO wait for a password check and answers failures at once."""
+    d = tmp_path_factory.mktemp("tight")
+    (d / "users").write_text("alice:alice-secret\n")
+    args = ["--auth-concurrency", "1", "--auth-max-waiting", "1", "--auth-failure-delay", "0"]
+    with LocalCluster(d / "run", mms=1, credentials=d / "users", cm_args=args) as c:
+        yield c
+
+
+async def test_hellos_beyond_the_queue_get_a_retriable_busy_error(tight_cluster: LocalCluster) -> None:
+    async def attempt(i: int) -> object:
+        try:
+            await Producer.connect(tight_cluster.bootstrap, user="alice", password=f"guess-{i}")
+        except ClientError as exc:
+            return exc
+        return "accepted"
+
+    got = await asyncio.gather(*(attempt(i) for i in range(20)))
+    codes = [e.code if isinstance(e, ClientError) else e for e in got]
+    assert set(codes) == {ErrorCode.AUTH_FAILED, ErrorCode.AUTH_BUSY}, codes
+    busy = next(e for e in got if isinstance(e, ClientError) and e.code == ErrorCode.AUTH_BUSY)
+    assert "too many authentications in progress, retry later" in str(busy)
+    async with await Producer.connect(tight_cluster.bootstrap, **ALICE) as p:  # once it is quiet again
+        await p.send("queue:alice.work", b"in")
