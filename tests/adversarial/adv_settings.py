@@ -1,6 +1,6 @@
 """Run length and seed of the adversarial suite, from the environment (short by default, for CI).
 
-``HYBRIDMQ_ADVERSARIAL_SECONDS``: seconds of chaos / of hostile flood windows (default 40 / 24);
+``HYBRIDMQ_ADVERSARIAL_SECONDS``: seconds of chaos / of hostile flood windows (default 40 / 50);
 ``HYBRIDMQ_ADVERSARIAL_SEED``: the seed (default: a fresh one, printed so a run can be replayed);
 ``HYBRIDMQ_ADVERSARIAL_SETTLE_S``: how far an ACK must be from any fault to count as settled (1.5);
 ``HYBRIDMQ_ADVERSARIAL_ATTACKS``: comma-separated hostile attacks to use (default: all of them).
