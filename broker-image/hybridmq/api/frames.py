@@ -109,6 +109,9 @@ class FrameType(IntEnum):
     DELIVER = 22
     ACK = 23
     NACK = 24
+    # CM -> consumer: deliveries of partition ``p`` below epoch ``e`` are void (it failed over; the
+    # new primary hands their batches out again, flagged): drop what is not handed out yet.
+    REVOKE = 25
     ADMIN = 30
     ADMIN_PART = 31
     DIRECTORY = 40

@@ -115,6 +115,7 @@ class Consumer:
         self.acks_confirmed = 0
         self.acks_refused = 0
         self.error: BaseException | None = None
+        self._revoked: dict[str, int] = {}  # partition -> epoch its older deliveries are void below
         conn.handler = self._on_frame
         conn.on_close.append(lambda: self._frames.put_nowait(None))
 
@@ -166,9 +167,37 @@ class Consumer:
     def _on_frame(self, frame: dict[str, Any]) -> None:
         t = frame.get("t")
         if t == FrameType.DELIVER:
-            self._frames.put_nowait(frame)
+            if not self._is_revoked(frame):
+                self._frames.put_nowait(frame)
+        elif t == FrameType.REVOKE:
+            self._revoke(str(frame.get("p", "")), int(frame.get("e", 0)))
         elif t == FrameType.ERROR:
             self.error = ClientError(int(frame.get("code", 0)), str(frame.get("msg")))
+
+    def _is_revoked(self, frame: dict[str, Any] | None) -> bool:
+        if frame is None or frame.get("e") is None:
+            return False
+        return int(frame["e"]) < self._revoked.get(str(frame.get("p", "")), 0)
+
+    def _revoke(self, partition: str, epoch: int) -> None:
+        """The partition failed over to ``epoch``: its new primary hands every unacknowledged
+        batch out again (flagged), so older deliveries not handed to the application yet are
+        dropped; handed out later they would be unflagged repeats."""
+        if epoch <= self._revoked.get(partition, 0):
+            return
+        self._revoked[partition] = epoch
+        queued: list[dict[str, Any] | None] = []
+        while not self._frames.empty():
+            queued.append(self._frames.get_nowait())
+        for frame in queued:
+            if not self._is_revoked(frame):
+                self._frames.put_nowait(frame)
+        self._stash = deque(f for f in self._stash if not self._is_revoked(f))
+        current = self._current_frame
+        if current is not None and self._current and self._is_revoked(current):
+            self._current.clear()  # the rest of a revoked batch: it comes again whole
+            self._current_frame = None
+            self._unacked.pop((current["p"], current["o"], int(current.get("rd", 0))), None)
 
     # -- acks ------------------------------------------------------------------------------------
     def _send_ack(self, frame: dict[str, Any], nack: bool = False) -> asyncio.Future[Any] | None:
@@ -242,10 +271,13 @@ class Consumer:
 
     # -- receiving -------------------------------------------------------------------------------
     async def _next_frame(self, timeout: float | None) -> dict[str, Any] | None:  # noqa: ASYNC109
+        if self.conn.closed:
+            # What is still queued was given back when the connection ended (its subscription
+            # ended with it) and is delivered again, flagged: handed out now it would be an
+            # unflagged repeat.
+            raise self.error or ConnectionError("consumer connection closed")
         if self._stash:
             return self._stash.popleft()
-        if self.conn.closed and self._frames.empty():
-            raise self.error or ConnectionError("consumer connection closed")
         frame = await asyncio.wait_for(self._frames.get(), timeout)
         if frame is None:
             raise self.error or ConnectionError("consumer connection closed")

@@ -415,6 +415,7 @@ class PartitionHost:
                     "b": batch.blob,
                     "f": batch.flags,
                     "rd": attempt - 1,
+                    "e": self.epoch,  # a consumer drops it once revoked by a failover
                     "xa": batch.extra,
                     "ts": batch.timestamp,
                 }
