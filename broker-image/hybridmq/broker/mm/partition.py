@@ -239,8 +239,8 @@ class PartitionHost:
                     for c, f in acks
                 ]
             for conn, reply in acks:
-                if not conn.closed:
-                    conn.send_nowait(reply)
+                # A transport may close before ``conn.closed`` says so: that must not end the worker.
+                _send(conn, reply)
             self._wake()
 
     def _append_one(self, frame: dict[str, Any]) -> dict[str, Any]:
@@ -425,7 +425,7 @@ class PartitionHost:
                     self._outbox.append((state, link, frame))
                     self._control_ready.set()
                 else:
-                    link.conn.send_nowait(frame)
+                    _send(link.conn, frame)
                 sent = True
         return sent
 
