@@ -514,6 +514,15 @@ class PartitionHost:
             if start > 0:
                 log.debug("retention on %s: log starts at %d", self.name, start)
 
+    async def commit_control(self, end: int) -> None:
+        """Flush up to ``end`` and wait until it is on every in-sync replica: what control records
+        (cursors, delivery counts, reader cursors) need, since any of those may be promoted - not
+        ``minInSync`` copies, so consumers keep being served while a partition is short a copy."""
+        await self.storage.flush(end)
+        waiter = self.control_waiter or self.commit_waiter
+        if waiter is not None:
+            await waiter(end)
+
     async def _control_committer(self) -> None:
         """Group commit of cursors and delivery counts: append one control batch for everything
         changed since the last round, commit it, then send the deliveries and answer the acks."""
@@ -525,11 +534,7 @@ class PartitionHost:
             self._committing = replies
             try:
                 self.write_cursors()
-                end = self.storage.end_offset
-                await self.storage.flush(end)
-                waiter = self.control_waiter or self.commit_waiter
-                if waiter is not None:
-                    await waiter(end)
+                await self.commit_control(self.storage.end_offset)
             except Exception as exc:
                 code = getattr(exc, "frame_code", None)
                 if code is None:

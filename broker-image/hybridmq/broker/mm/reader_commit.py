@@ -61,13 +61,7 @@ async def commit(mm: MessageManager, frame: dict[str, Any]) -> dict[str, Any]:
         return err
     try:
         host.storage.append_control([ReaderCursor(reader, offset)], host.epoch)
-        stored = host.storage.end_offset
-        await host.storage.flush(stored)
-        # Like consumer cursors: on every in-sync replica (any of which may be promoted), not on
-        # minInSync of them, so a reader can commit while a failed-over partition is short a copy.
-        waiter = host.control_waiter or host.commit_waiter
-        if waiter is not None:
-            await waiter(stored)
+        await host.commit_control(host.storage.end_offset)  # like consumer cursors
     except LogError as exc:
         return error_frame(ErrorCode.MM_UNAVAILABLE, f"{name}: reader cursor not stored: {exc}", corr)
     except Exception as exc:
