@@ -8,11 +8,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from hybridmq.broker.protocol import Connection
 from hybridmq.client.connection import ClientError, connect
 from hybridmq.client.directory import DirectoryClient, make_strategy
 from hybridmq.client.distribution import RoundRobin
 from hybridmq.local.runner import LocalCluster
+from hybridmq.protocol import Connection
 
 
 @pytest.fixture(scope="module")

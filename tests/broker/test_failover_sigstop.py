@@ -10,9 +10,9 @@ from pathlib import Path
 from failover_workload import ConsumerLoad, ProducerLoad, check, stop_all, until, wait_consumed
 
 from hybridmq.api.frames import PROTOCOL_VERSION, ErrorCode, FrameType
-from hybridmq.broker.protocol import RemoteError, open_connection
 from hybridmq.client import Consumer, Producer
 from hybridmq.local.replicated import ReplicatedLocalCluster
+from hybridmq.protocol import RemoteError, open_connection
 
 DEST = "queue:frozen"
 

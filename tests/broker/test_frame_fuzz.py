@@ -14,9 +14,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hybridmq.api.frames import PROTOCOL_VERSION, ErrorCode, FrameType
-from hybridmq.broker.protocol import read_frame
 from hybridmq.client import Consumer, Message, Producer
 from hybridmq.local.runner import LocalCluster
+from hybridmq.protocol import read_frame
 
 
 def _hello() -> bytes:

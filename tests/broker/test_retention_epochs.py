@@ -10,9 +10,9 @@ from pathlib import Path
 import msgpack
 
 from hybridmq.api.frames import PROTOCOL_VERSION, ErrorCode, FrameType
-from hybridmq.broker.protocol import open_connection
 from hybridmq.client import Consumer, Message, Producer
 from hybridmq.local.runner import LocalCluster
+from hybridmq.protocol import open_connection
 
 
 async def test_consumed_segments_are_deleted_and_cursors_survive(

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hybridmq.api.frames import ErrorCode, FrameType, canonical, is_reserved, split_kind
-from hybridmq.broker.protocol import ProtocolError, decode_body, encode_frame, read_frame
+from hybridmq.protocol import ProtocolError, decode_body, encode_frame, read_frame
 
 values = st.recursive(
     st.none()

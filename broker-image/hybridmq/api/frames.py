@@ -1,6 +1,6 @@
 """HybridMQ wire protocol: frame types, field names, error codes and the handshake version.
 
-Framing (``hybridmq.broker.protocol`` implements it): every frame is a 4-byte big-endian unsigned
+Framing (``hybridmq.protocol`` implements it): every frame is a 4-byte big-endian unsigned
 length followed by that many bytes of msgpack. The body is a msgpack *map* with short string keys.
 A reader checks the length against its maximum frame size **before** reading the body; a body that
 is not a map with an integer ``t`` is malformed. Both end that one connection with an ``ERROR``

@@ -11,8 +11,8 @@ import asyncio
 from typing import Any
 
 from hybridmq.api.frames import FrameType
-from hybridmq.broker.protocol import RemoteError
 from hybridmq.client.connection import ClientError, connect
+from hybridmq.protocol import RemoteError
 
 
 async def admin(

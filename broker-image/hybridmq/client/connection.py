@@ -16,8 +16,8 @@ from typing import Any
 
 from hybridmq.api.assignment import BrokerEntry
 from hybridmq.api.frames import PROTOCOL_VERSION, ErrorCode, FrameType
-from hybridmq.broker.protocol import Connection, RemoteError, open_connection
 from hybridmq.client.distribution import Strategy, connect_with_failover
+from hybridmq.protocol import Connection, RemoteError, open_connection
 
 
 class ClientError(Exception):

@@ -32,10 +32,10 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from hybridmq.api.frames import BatchFlag, ErrorCode, FrameType
-from hybridmq.broker.protocol import Connection, RemoteError
 from hybridmq.client.connection import ClientError, connect
 from hybridmq.client.distribution import Strategy
 from hybridmq.client.message import Message, unpack_records
+from hybridmq.protocol import Connection, RemoteError
 
 _sub_ids = itertools.count(1)
 

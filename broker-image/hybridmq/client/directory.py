@@ -26,8 +26,8 @@ from typing import Any
 
 from hybridmq.api.assignment import BrokerEntry
 from hybridmq.api.frames import PROTOCOL_VERSION, FrameType
-from hybridmq.broker.protocol import RemoteError, open_connection
 from hybridmq.client.distribution import Centralized, RoundRobin, Strategy
+from hybridmq.protocol import RemoteError, open_connection
 
 DISTRIBUTION_ENV = "HYBRIDMQ_DISTRIBUTION"
 REFRESH_ENV = "HYBRIDMQ_DIRECTORY_REFRESH_S"

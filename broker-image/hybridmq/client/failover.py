@@ -35,14 +35,14 @@ from typing import Any
 
 from hybridmq.api.assignment import PartitionType
 from hybridmq.api.frames import BatchFlag, FrameType
-from hybridmq.broker.protocol import Connection, RemoteError
-from hybridmq.broker.protocol.connection import ConnectionClosed
 from hybridmq.client.connection import ClientError, connect
 from hybridmq.client.consumer import Consumer, StreamMessage
 from hybridmq.client.directory import make_strategy
 from hybridmq.client.distribution import Strategy
 from hybridmq.client.message import Message
 from hybridmq.client.producer import Producer
+from hybridmq.protocol import Connection, RemoteError
+from hybridmq.protocol.connection import ConnectionClosed
 
 log = logging.getLogger(__name__)
 

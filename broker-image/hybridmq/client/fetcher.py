@@ -37,12 +37,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hybridmq.api.frames import BatchFlag, ErrorCode, FrameType
-from hybridmq.broker.protocol import Connection, RemoteError
-from hybridmq.broker.protocol.connection import ConnectionClosed
 from hybridmq.client.connection import ClientError, connect
 from hybridmq.client.distribution import Strategy
 from hybridmq.client.message import unpack_records
 from hybridmq.client.send_log import producer_key
+from hybridmq.protocol import Connection, RemoteError
+from hybridmq.protocol.connection import ConnectionClosed
 
 DEFAULT_MAX_BYTES = 4 * 1024 * 1024
 TRANSIENT = frozenset({ErrorCode.MM_UNAVAILABLE, ErrorCode.NOT_PRIMARY, ErrorCode.STALE_EPOCH})

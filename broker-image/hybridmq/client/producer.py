@@ -31,11 +31,11 @@ from typing import Any
 
 from hybridmq.api.assignment import PartitionType
 from hybridmq.api.frames import BatchFlag, ErrorCode, FrameType
-from hybridmq.broker.protocol import Connection, RemoteError
 from hybridmq.client.connection import ClientError, connect, raise_remote
 from hybridmq.client.distribution import Strategy
 from hybridmq.client.message import Ack, pack_records
 from hybridmq.client.send_log import SendLog, SendLogTarget
+from hybridmq.protocol import Connection, RemoteError
 
 log = logging.getLogger(__name__)
 _stream_ids = itertools.count(1)

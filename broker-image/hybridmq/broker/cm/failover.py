@@ -24,7 +24,7 @@ from typing import Any
 from hybridmq.api.frames import FrameType
 from hybridmq.broker.cm.mm_links import MMLink
 from hybridmq.broker.cm.server import ConnectionManager
-from hybridmq.broker.protocol.connection import ConnectionClosed
+from hybridmq.protocol.connection import ConnectionClosed
 
 log = logging.getLogger(__name__)
 

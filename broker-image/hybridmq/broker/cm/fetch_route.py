@@ -42,7 +42,7 @@ from hybridmq.api.frames import (
     is_reserved,
 )
 from hybridmq.broker.log_events import log_partition, log_partition_owner
-from hybridmq.broker.protocol import RemoteError
+from hybridmq.protocol import RemoteError
 
 if TYPE_CHECKING:
     from hybridmq.broker.cm.server import ConnectionManager, Session

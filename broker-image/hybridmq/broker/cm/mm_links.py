@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from hybridmq.api.frames import PROTOCOL_VERSION, FrameType
-from hybridmq.broker.protocol import Connection, open_connection
+from hybridmq.protocol import Connection, open_connection
 
 log = logging.getLogger(__name__)
 

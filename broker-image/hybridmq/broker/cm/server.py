@@ -60,8 +60,8 @@ from hybridmq.broker.cm.mm_links import MMLink
 from hybridmq.broker.destinations.matching import MATCH_KINDS, make_matcher
 from hybridmq.broker.ids import IdGenerator
 from hybridmq.broker.log_events import LogEventBuffer, log_partition, log_partition_owner
-from hybridmq.broker.protocol import Connection, ProtocolError, RemoteError, read_frame
-from hybridmq.broker.protocol.connection import HIGH_WATER, ConnectionClosed
+from hybridmq.protocol import Connection, ProtocolError, RemoteError, read_frame
+from hybridmq.protocol.connection import HIGH_WATER, ConnectionClosed
 
 log = logging.getLogger(__name__)
 CONSUMABLE_RESERVED = (DMQ_DESTINATION, LOG_DESTINATION)

@@ -35,7 +35,7 @@ from hybridmq.broker.destinations.matching import Matcher
 
 @dataclass(eq=False)
 class ConsumerLink:
-    conn: Any  # hybridmq.broker.protocol.Connection (kept loose to avoid an import cycle)
+    conn: Any  # hybridmq.protocol.Connection (kept loose to avoid an import cycle)
     key: str
     window: int
     window_bytes: int

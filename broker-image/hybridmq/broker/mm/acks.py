@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from hybridmq.api.frames import ErrorCode, FrameType
-from hybridmq.broker.protocol import Connection
+from hybridmq.protocol import Connection
 
 
 def handle(mm: Any, conn: Connection, frame: dict[str, Any]) -> None:

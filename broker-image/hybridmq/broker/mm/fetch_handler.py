@@ -33,7 +33,7 @@ from hybridmq.api.frames import ErrorCode, FrameType, error_frame
 from hybridmq.broker.destinations.batch_payload import unpack_payload
 from hybridmq.broker.log.batch import HEADER_SIZE, iter_batches
 from hybridmq.broker.log.errors import LogError
-from hybridmq.broker.protocol import Connection
+from hybridmq.protocol import Connection
 
 if TYPE_CHECKING:
     from hybridmq.broker.mm.partition import PartitionHost

@@ -68,7 +68,7 @@ from hybridmq.broker.log.errors import (
 )
 from hybridmq.broker.mm.attached import AttachedProducers
 from hybridmq.broker.mm.storage import PartitionStorage
-from hybridmq.broker.protocol.connection import ConnectionClosed
+from hybridmq.protocol.connection import ConnectionClosed
 
 log = logging.getLogger(__name__)
 

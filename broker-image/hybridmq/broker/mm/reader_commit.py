@@ -17,7 +17,7 @@ from hybridmq.api.frames import ErrorCode, FrameType, error_frame
 from hybridmq.broker.log.control import ReaderCursor
 from hybridmq.broker.log.errors import LogError
 from hybridmq.broker.mm.fetch_handler import primary_host
-from hybridmq.broker.protocol import Connection
+from hybridmq.protocol import Connection
 
 if TYPE_CHECKING:
     from hybridmq.broker.mm.server import MessageManager

@@ -40,7 +40,6 @@ from hybridmq.broker.mm.replica_transport import (
 )
 from hybridmq.broker.mm.replicated_host import CommitError, ReplicatedPartitionHost
 from hybridmq.broker.mm.storage import PartitionStorage
-from hybridmq.broker.protocol import Connection
 from hybridmq.broker.replication import (
     BackupFetcher,
     EpochEndOffsetRequest,
@@ -56,6 +55,7 @@ from hybridmq.broker.replication import (
     to_wire,
 )
 from hybridmq.broker.replication import ErrorCode as ReplicationCode
+from hybridmq.protocol import Connection
 
 if TYPE_CHECKING:
     from hybridmq.broker.mm.server import MessageManager

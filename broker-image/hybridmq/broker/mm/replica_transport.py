@@ -21,8 +21,6 @@ from collections.abc import Callable
 from typing import Any
 
 from hybridmq.api.frames import PROTOCOL_VERSION, FrameType
-from hybridmq.broker.protocol import Connection, RemoteError, open_connection
-from hybridmq.broker.protocol.connection import ConnectionClosed
 from hybridmq.broker.replication import (
     EpochEndOffsetRequest,
     EpochEndOffsetResponse,
@@ -33,6 +31,8 @@ from hybridmq.broker.replication import (
     from_wire,
     to_wire,
 )
+from hybridmq.protocol import Connection, RemoteError, open_connection
+from hybridmq.protocol.connection import ConnectionClosed
 
 log = logging.getLogger(__name__)
 

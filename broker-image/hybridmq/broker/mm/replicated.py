@@ -16,7 +16,7 @@ from hybridmq.broker.assignment_source import AssignmentSource
 from hybridmq.broker.mm.replica_manager import Liveness, ReplicaManager, lease_valid
 from hybridmq.broker.mm.replica_transport import REPLICA_FRAMES
 from hybridmq.broker.mm.server import MessageManager, MMConfig
-from hybridmq.broker.protocol import Connection
+from hybridmq.protocol import Connection
 
 
 class ReplicatedMessageManager(MessageManager):

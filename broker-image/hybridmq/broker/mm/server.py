@@ -25,7 +25,7 @@ from hybridmq.broker.mm import acks, fetch_handler, reader_commit
 from hybridmq.broker.mm.internal_log import InternalLogHost, open_internal_log
 from hybridmq.broker.mm.partition import PartitionHost
 from hybridmq.broker.mm.storage import PartitionStorage
-from hybridmq.broker.protocol import Connection, ProtocolError, read_frame
+from hybridmq.protocol import Connection, ProtocolError, read_frame
 
 log = logging.getLogger(__name__)
 PEER_ROLES = ("cm", "mm")

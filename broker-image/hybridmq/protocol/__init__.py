@@ -1,7 +1,7 @@
 """Length-prefixed msgpack framing over asyncio streams (see ``hybridmq.api.frames``)."""
 
-from hybridmq.broker.protocol.codec import ProtocolError, decode_body, encode_frame, read_frame
-from hybridmq.broker.protocol.connection import Connection, RemoteError, open_connection
+from hybridmq.protocol.codec import ProtocolError, decode_body, encode_frame, read_frame
+from hybridmq.protocol.connection import Connection, RemoteError, open_connection
 
 __all__ = [
     "Connection",

@@ -17,7 +17,7 @@ from typing import Any
 import msgpack
 
 from hybridmq.api.frames import DEFAULT_MAX_FRAME, ErrorCode, FrameType, error_frame
-from hybridmq.broker.protocol.codec import Frame, ProtocolError, read_frame
+from hybridmq.protocol.codec import Frame, ProtocolError, read_frame
 
 log = logging.getLogger(__name__)
 
