@@ -21,9 +21,11 @@ RUN python -m venv /opt/hybridmq \
  && /opt/hybridmq/bin/pip install --no-cache-dir --requirement requirements/operator.txt
 COPY pyproject.toml README.md ./
 COPY broker-image/hybridmq broker-image/hybridmq
+COPY operator/pyproject.toml operator/pyproject.toml
 COPY operator/hybridmq_operator operator/hybridmq_operator
-RUN /opt/hybridmq/bin/pip wheel --no-cache-dir --no-deps --wheel-dir /dist . \
- && /opt/hybridmq/bin/pip install --no-cache-dir --no-deps /dist/hybridmq-*.whl \
+# Two wheels: hybridmq (the library, planner and API models) and hybridmq-operator.
+RUN /opt/hybridmq/bin/pip wheel --no-cache-dir --no-deps --wheel-dir /dist . ./operator \
+ && /opt/hybridmq/bin/pip install --no-cache-dir --no-deps /dist/hybridmq-*.whl /dist/hybridmq_operator-*.whl \
  && /opt/hybridmq/bin/pip check \
  && /opt/hybridmq/bin/python -m compileall -q --invalidation-mode unchecked-hash /opt/hybridmq
 

@@ -41,10 +41,10 @@ docker-engine: system-packages
 images: docker-engine
 	hack/docker/build-images.sh
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml operator/pyproject.toml
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q -e '.[operator,spark,dev]'
+	$(VENV)/bin/pip install -q -e '.[operator,spark,dev]' -e ./operator
 	touch $(STAMP)
 
 k8s-binaries:

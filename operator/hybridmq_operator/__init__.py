@@ -1,1 +1,1 @@
-"""The HybridMQ operator: Kopf handlers around a pure planner (``hybridmq_operator.planner``)."""
+"""The HybridMQ operator: Kopf handlers around a pure planner (``hybridmq.planner``)."""

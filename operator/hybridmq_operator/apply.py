@@ -22,8 +22,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from hybridmq.api.resources import PARTITION_FINALIZER, FailoverRecord, PartitionStatus
-from hybridmq_operator import kube, names
-from hybridmq_operator.planner import (
+from hybridmq.planner import (
     CreatePartition,
     DeletePartition,
     MessageManagersEvacuated,
@@ -32,6 +31,7 @@ from hybridmq_operator.planner import (
     ReleaseFinalizer,
     UpdatePartitionStatus,
 )
+from hybridmq_operator import kube, names
 from hybridmq_operator.resources.common import owner_reference
 from hybridmq_operator.settings import ClusterSettings
 

@@ -33,10 +33,10 @@ from pydantic import ValidationError
 
 from hybridmq.api.lease_report import REPORT_ANNOTATION, MMReport
 from hybridmq.api.resources import BrokerCluster, Partition, PartitionState
+from hybridmq.planner.scaling import required_in_sync
+from hybridmq.planner.state import ClusterState, MessageManager, PartitionInfo, ReplicaReport
 from hybridmq_operator import incarnations, names
 from hybridmq_operator.conditions import ClusterObservation, PartitionObservation
-from hybridmq_operator.planner.scaling import required_in_sync
-from hybridmq_operator.planner.state import ClusterState, MessageManager, PartitionInfo, ReplicaReport
 
 Body = Mapping[str, Any]
 

@@ -8,10 +8,7 @@ from typing import Any
 import pytest
 
 from hybridmq.api.resources import FailoverRecord, PartitionSpec, PartitionStatus, PartitionType
-from hybridmq_operator import apply, kube
-from hybridmq_operator.handlers.children import mm_replicas_to_apply
-from hybridmq_operator.main import parse_args
-from hybridmq_operator.planner import (
+from hybridmq.planner import (
     CreatePartition,
     DeletePartition,
     Plan,
@@ -19,6 +16,9 @@ from hybridmq_operator.planner import (
     ReleaseFinalizer,
     UpdatePartitionStatus,
 )
+from hybridmq_operator import apply, kube
+from hybridmq_operator.handlers.children import mm_replicas_to_apply
+from hybridmq_operator.main import parse_args
 from hybridmq_operator.settings import ClusterSettings
 
 SETTINGS = ClusterSettings(name="demo", namespace="ns", uid="u")

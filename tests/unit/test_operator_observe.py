@@ -6,9 +6,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from hybridmq.api.lease_report import MMReport, PartitionReport
+from hybridmq.planner import CreatePartition, UpdatePartitionStatus, plan
 from hybridmq_operator import incarnations, names, observe
 from hybridmq_operator.handlers import cluster_status
-from hybridmq_operator.planner import CreatePartition, UpdatePartitionStatus, plan
 
 NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
 

@@ -11,7 +11,7 @@ import pytest
 
 from hybridmq.api.assignment import PartitionAssignment, PartitionState, PartitionType
 from hybridmq.api.resources import BrokerClusterSpec, PartitionSpec, PartitionStatus
-from hybridmq_operator.planner import (
+from hybridmq.planner import (
     ClusterState,
     CreatePartition,
     DeletePartition,
@@ -30,7 +30,7 @@ from hybridmq_operator.planner import (
     plan_assignments,
     reassign_producers,
 )
-from hybridmq_operator.planner.draft import Draft
+from hybridmq.planner.draft import Draft
 
 NOW = datetime(2026, 11, 25, 12, 0, tzinfo=UTC)
 

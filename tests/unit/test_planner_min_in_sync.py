@@ -6,7 +6,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from hybridmq.api.resources import BrokerClusterSpec, PartitionState
-from hybridmq_operator.planner import (
+from hybridmq.planner import (
     ClusterState,
     MessageManager,
     Plan,

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from hybridmq.api.assignment import PartitionState, PartitionType
 from hybridmq.api.resources import BrokerClusterSpec
-from hybridmq_operator.planner import (
+from hybridmq.planner import (
     ClusterState,
     DeletePartition,
     MessageManager,

@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 
 from hybridmq.api.assignment import PartitionState, PartitionType
 from hybridmq.api.resources import BrokerClusterSpec
-from hybridmq_operator.planner import ClusterState, MessageManager, apply_changes, plan
+from hybridmq.planner import ClusterState, MessageManager, apply_changes, plan
 
 NOW = datetime(2026, 11, 25, 12, 0, tzinfo=UTC)
 

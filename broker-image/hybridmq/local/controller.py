@@ -39,7 +39,7 @@ from hybridmq.api.assignment import BrokerEntry, PartitionAssignment, PartitionS
 from hybridmq.api.lease_report import MMReport
 from hybridmq.api.resources import BrokerClusterSpec
 from hybridmq.broker.auth import cluster_secret
-from hybridmq_operator.planner import ReplicaReport, plan_assignments
+from hybridmq.planner import ReplicaReport, plan_assignments
 
 LOG = logging.getLogger(__name__)
 

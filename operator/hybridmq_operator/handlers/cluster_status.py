@@ -10,9 +10,9 @@ from datetime import datetime
 from typing import Any
 
 from hybridmq.api.resources import PartitionState, PartitionType
+from hybridmq.planner import ClusterState
 from hybridmq_operator import conditions
 from hybridmq_operator.conditions import ClusterObservation
-from hybridmq_operator.planner import ClusterState
 
 
 def partition_counts(state: ClusterState) -> dict[str, int]:

@@ -21,10 +21,7 @@ from typing import Any, cast
 import kopf
 
 from hybridmq.api.resources import FailoverRecord, PartitionState, PartitionType
-from hybridmq_operator import incarnations, kube, metrics, names, observe, problems
-from hybridmq_operator.apply import Outcome, apply_plan, writer_pool
-from hybridmq_operator.handlers import children, cluster_status, indexes
-from hybridmq_operator.planner import (
+from hybridmq.planner import (
     ClusterState,
     DeletePartition,
     Plan,
@@ -32,6 +29,9 @@ from hybridmq_operator.planner import (
     blocked_scale_down,
     plan,
 )
+from hybridmq_operator import incarnations, kube, metrics, names, observe, problems
+from hybridmq_operator.apply import Outcome, apply_plan, writer_pool
+from hybridmq_operator.handlers import children, cluster_status, indexes
 from hybridmq_operator.settings import ClusterSettings
 
 INTERVAL_S = 0.25

@@ -20,8 +20,8 @@ from hybridmq.api.resources import (
     PartitionType,
     set_condition,
 )
-from hybridmq_operator.planner.changes import PlanEvent
-from hybridmq_operator.planner.state import ClusterState, MessageManager, PartitionInfo, natural_key
+from hybridmq.planner.changes import PlanEvent
+from hybridmq.planner.state import ClusterState, MessageManager, PartitionInfo, natural_key
 
 __all__ = ["Context", "Draft"]
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Sequence
 
 from hybridmq.api.resources import PartitionState
-from hybridmq_operator.planner.draft import Context, Draft
-from hybridmq_operator.planner.state import natural_key
+from hybridmq.planner.draft import Context, Draft
+from hybridmq.planner.state import natural_key
 
 __all__ = ["Load", "fill_replicas", "pick_backups", "pick_primary", "place_new"]
 

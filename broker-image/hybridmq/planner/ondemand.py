@@ -17,8 +17,8 @@ from collections.abc import Collection, Iterable, Mapping
 
 from hybridmq.api.assignment import PartitionAssignment, PartitionState, PartitionType
 from hybridmq.api.resources import PARTITION_FINALIZER, PartitionSpec
-from hybridmq_operator.planner.draft import Context, Draft
-from hybridmq_operator.planner.placement import Load, pick_backups
+from hybridmq.planner.draft import Context, Draft
+from hybridmq.planner.placement import Load, pick_backups
 
 __all__ = [
     "collect_garbage",

@@ -20,11 +20,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from hybridmq.api.resources import BrokerClusterSpec, PartitionSpec, PartitionState, PartitionType
-from hybridmq_operator.planner.draft import Context, Draft
-from hybridmq_operator.planner.failover import best_candidate, hand_over, refresh_offsets
-from hybridmq_operator.planner.ondemand import start_draining
-from hybridmq_operator.planner.placement import Load, pick_backups, place_new
-from hybridmq_operator.planner.state import ClusterState, natural_key
+from hybridmq.planner.draft import Context, Draft
+from hybridmq.planner.failover import best_candidate, hand_over, refresh_offsets
+from hybridmq.planner.ondemand import start_draining
+from hybridmq.planner.placement import Load, pick_backups, place_new
+from hybridmq.planner.state import ClusterState, natural_key
 
 __all__ = [
     "ScaleDownBlock",

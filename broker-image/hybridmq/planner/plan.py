@@ -27,7 +27,7 @@ from hybridmq.api.resources import (
     PartitionStatus,
     partition_to_assignment,
 )
-from hybridmq_operator.planner.changes import (
+from hybridmq.planner.changes import (
     Change,
     CreatePartition,
     DeletePartition,
@@ -36,18 +36,18 @@ from hybridmq_operator.planner.changes import (
     ReleaseFinalizer,
     UpdatePartitionStatus,
 )
-from hybridmq_operator.planner.draft import Context, Draft
-from hybridmq_operator.planner.failover import handle_lost_replicas, refresh_offsets
-from hybridmq_operator.planner.ondemand import collect_garbage, top_up
-from hybridmq_operator.planner.placement import Load, fill_replicas
-from hybridmq_operator.planner.scaling import (
+from hybridmq.planner.draft import Context, Draft
+from hybridmq.planner.failover import handle_lost_replicas, refresh_offsets
+from hybridmq.planner.ondemand import collect_garbage, top_up
+from hybridmq.planner.placement import Load, fill_replicas
+from hybridmq.planner.scaling import (
     blocked_scale_down,
     create_fixed,
     evacuate,
     safe_to_remove,
     trim_extra,
 )
-from hybridmq_operator.planner.state import (
+from hybridmq.planner.state import (
     ClusterState,
     MessageManager,
     PartitionInfo,

@@ -1,10 +1,13 @@
 """The operator's decisions as pure functions: cluster state in, typed changes out.
 
+Shared by the operator and ``hybridmq local``'s controller, so it lives beside the broker library
+(the broker image carries it without carrying the operator); it imports only ``hybridmq.api``.
+
 No Kubernetes or Kopf imports here: the handlers read the state, call ``plan()`` and apply the
 changes; ``hybridmq local`` calls ``plan_assignments()``; the tests call both without a cluster.
 """
 
-from hybridmq_operator.planner.changes import (
+from hybridmq.planner.changes import (
     Change,
     CreatePartition,
     DeletePartition,
@@ -14,15 +17,15 @@ from hybridmq_operator.planner.changes import (
     ReleaseFinalizer,
     UpdatePartitionStatus,
 )
-from hybridmq_operator.planner.ondemand import ondemand_name, pick_on_demand_partition, reassign_producers
-from hybridmq_operator.planner.plan import LocalPlan, apply_changes, plan, plan_assignments
-from hybridmq_operator.planner.scaling import (
+from hybridmq.planner.ondemand import ondemand_name, pick_on_demand_partition, reassign_producers
+from hybridmq.planner.plan import LocalPlan, apply_changes, plan, plan_assignments
+from hybridmq.planner.scaling import (
     ScaleDownBlock,
     blocked_scale_down,
     fixed_name,
     required_in_sync,
 )
-from hybridmq_operator.planner.state import (
+from hybridmq.planner.state import (
     ClusterState,
     MessageManager,
     PartitionInfo,

@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from hybridmq.api.resources import FailoverRecord, PartitionState
-from hybridmq_operator.planner.draft import Context, Draft
-from hybridmq_operator.planner.ondemand import start_draining
-from hybridmq_operator.planner.placement import Load
+from hybridmq.planner.draft import Context, Draft
+from hybridmq.planner.ondemand import start_draining
+from hybridmq.planner.placement import Load
 
 __all__ = ["best_candidate", "hand_over", "handle_lost_replicas"]
 
