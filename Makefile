@@ -58,6 +58,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 	$(MAKE) --no-print-directory lint-images lint-chart
 
 fmt: $(STAMP)
