@@ -1,9 +1,11 @@
 """The Message Manager's storage: a segmented, append-only log per partition.
 
 Modules, one job each: ``batch`` (the binary batch format), ``segment`` (one file), ``index``
-(sparse offset index), ``recovery`` (CRC scan and torn-tail truncation), ``group_commit`` (batched
-fsync in a worker thread), ``epoch_cache`` (epoch -> start offset), ``producer_state``
-(idempotent producers), ``control`` (control-record payloads), ``partition_log`` (the whole).
+(sparse offset index), ``recovery`` (CRC scan and torn-tail truncation of one segment), ``loader``
+(opening a log: its files, crash recovery, producer state), ``durability`` (durable offset, fsync
+rounds, recovery point), ``group_commit`` (batched fsync in a worker thread), ``epoch_cache``
+(epoch -> start offset), ``producer_state`` (idempotent producers), ``control`` (control-record
+payloads), ``partition_log`` (the front: append, read, truncation, retention, epochs).
 
 Primary side::
 

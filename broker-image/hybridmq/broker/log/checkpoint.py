@@ -1,4 +1,4 @@
-"""Small-file durability helpers: atomic replace, directory fsync."""
+"""Small-file durability helpers: atomic replace, directory fsync, the recovery-point file."""
 
 from __future__ import annotations
 
@@ -30,3 +30,18 @@ def write_atomic(path: Path, data: bytes, *, fsync: bool = True) -> None:
     os.replace(tmp, path)
     if fsync:
         fsync_dir(path.parent)
+
+
+RECOVERY_POINT_FILE = "recovery-point"
+
+
+def read_recovery_point(directory: Path) -> int:
+    """Every segment of the log in ``directory`` below this base offset was fsynced and sealed."""
+    try:
+        return int((directory / RECOVERY_POINT_FILE).read_text().strip())
+    except (OSError, ValueError):
+        return 0
+
+
+def write_recovery_point(directory: Path, offset: int, *, fsync: bool) -> None:
+    write_atomic(directory / RECOVERY_POINT_FILE, f"{offset}\n".encode(), fsync=fsync)

@@ -1,34 +1,24 @@
-"""The partition log: segments, offsets, epochs, producer state, durability.
+"""The partition log's front: append and read, truncation, retention, epochs (Kafka's UnifiedLog).
 
-Files in the partition directory::
-
-    00000000000000000000.log        segment, named by the offset of its first record
-    00000000000000000000.index      sparse offset index of a sealed segment (rebuildable)
-    00000000000000001000.snapshot   producer state as of offset 1000 (written at each roll)
-    leader-epoch-checkpoint         epoch -> start offset
-    recovery-point                  every segment below this base offset was fsynced and sealed
+Opening and crash recovery are :mod:`.loader`'s job, fsync rounds and the durable offset
+:mod:`.durability`'s; segments, the batch format, the epoch cache and producer state have their own
+modules.
 
 Threading: a ``PartitionLog`` is used from one thread (the event loop's). Only the fsync of group
-commit runs in a worker thread. Segments removed while it runs (truncation, retention) are
-unlinked at once but their descriptors are closed only when the fsync round ends; ``close`` waits
-for a running round (``aclose`` does so without blocking the loop).
+commit runs in a worker thread (see :mod:`.durability`); ``close`` waits for a running round
+(``aclose`` does so without blocking the loop).
 
 Durability: ``durable_offset`` is the end (exclusive) of the prefix known to be on disk. With
-``fsync="group"`` call ``await flush_until(result.end_offset)`` before acknowledging a produce:
-every acknowledged record survives ``kill -9`` and a power cut. ``fsync="always"`` fsyncs in
-``append``; ``fsync="never"`` treats the OS page cache as durable (survives ``kill -9`` only).
+``fsync="group"`` call ``await flush_until(result.end_offset)`` before acknowledging a produce.
 """
 
 from __future__ import annotations
 
-import asyncio
 import os
-import threading
 import time
 from bisect import bisect_right
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
@@ -43,8 +33,9 @@ from .batch import (
     verify_batch,
     whole_batches_prefix,
 )
-from .checkpoint import fsync_dir, write_atomic
+from .checkpoint import write_recovery_point
 from .config import LogConfig
+from .durability import Durability
 from .epoch_cache import EpochEntry, LeaderEpochCache
 from .errors import (
     CorruptBatchError,
@@ -57,6 +48,7 @@ from .errors import (
     StaleEpochError,
 )
 from .group_commit import GroupCommitter
+from .loader import RecoveryReport, load_log, rebuild_producer_state
 from .producer_state import (
     DuplicateSequence,
     OutOfOrderSequence,
@@ -66,14 +58,9 @@ from .producer_state import (
     SequenceOk,
     delete_snapshots,
     list_snapshots,
-    load_latest_snapshot,
     write_snapshot,
 )
-from .recovery import load_trusted_segment, recover_segment
-from .segment import Segment, list_segment_bases
-
-EPOCH_FILE = "leader-epoch-checkpoint"
-RECOVERY_POINT_FILE = "recovery-point"
+from .segment import Segment, headers_between
 
 
 class AppendResult(NamedTuple):
@@ -90,26 +77,8 @@ class AppendResult(NamedTuple):
         return self.last_offset + 1
 
 
-class RecoveryReport(NamedTuple):
-    segments_scanned: int
-    bytes_truncated: int
-    segments_deleted: int
-
-
 class BatchTooLargeError(LogError):
     """A batch exceeds ``LogConfig.max_batch_bytes``."""
-
-
-@dataclass(slots=True)
-class _SyncPlan:
-    target: int
-    segments: list[Segment]
-    sealed: list[Segment]
-    generation: int
-    recovery_point: int | None
-    sync_dir: bool
-    unsynced_bytes: int
-    done: bool = field(default=False)
 
 
 class PartitionLog:
@@ -121,21 +90,12 @@ class PartitionLog:
         self._segments: list[Segment] = []
         self._bases: list[int] = []
         self._leo = 0
-        self._durable = 0
-        self._unsynced_bytes = 0
-        self._unsynced_sealed: list[Segment] = []
-        self._dir_dirty = False
-        self._generation = 0
-        self._sync_lock = threading.Lock()  # held by a running fsync round; close() waits on it
-        self._rp_lock = threading.Lock()  # orders recovery-point writes against truncations
-        self._sync_running = False
-        self._deferred_close: list[Segment] = []
+        self._durability = Durability(self, path, config, durable=0, dir_dirty=False)
         self._open_sealed: OrderedDict[Segment, None] = OrderedDict()  # LRU of sealed segments' fds
         self._closed = False
         self._epochs = LeaderEpochCache(None)
         self._latest_epoch = -1
         self._producers = ProducerStateManager(config.producer_window)
-        self._committer: GroupCommitter | None = None
         self._listeners: list[Callable[[], None]] = []
         self._producer_replay_from = 0  # raw batches below this offset do not update producer state
         self.recovery = RecoveryReport(0, 0, 0)
@@ -150,89 +110,16 @@ class PartitionLog:
         return log
 
     def _open(self) -> None:
-        self.path.mkdir(parents=True, exist_ok=True)
-        for name in os.listdir(self.path):
-            if name.endswith(".tmp"):
-                (self.path / name).unlink()
-        fsync = self.config.fsync != "never"
-        try:
-            self._epochs = LeaderEpochCache(self.path / EPOCH_FILE, fsync=fsync)
-        except (ValueError, OSError):
-            (self.path / EPOCH_FILE).unlink()
-            self._epochs = LeaderEpochCache(self.path / EPOCH_FILE, fsync=fsync)
-        bases = list_segment_bases(self.path)
-        if not bases:
-            self._segments = [Segment(self.path, 0, self.config.index_interval_bytes)]
-            self._bases = [0]
-            self._epochs.clear()
-            self._dir_dirty = True
-            self._write_recovery_point(0)
-            return
-        recovery_point = self._read_recovery_point()
-        # Producer state: the newest snapshot, then the batches after it (checked below in case the
-        # crash took records the snapshot had seen).
-        snapshot_offset = load_latest_snapshot(self.path, self._producers, 1 << 62)
-        replay_from = bases[0] if snapshot_offset is None else snapshot_offset
-
-        def on_batch(header: BatchHeader) -> None:
-            if header.base_offset >= replay_from:
-                self._producers.update(header)
-            if header.epoch > self._epochs.latest_epoch:
-                self._epochs.assign(header.epoch, header.base_offset)
-
-        scanned = truncated = deleted = 0
-        segments: list[Segment] = []
-        for i, base in enumerate(bases):
-            segment = Segment(self.path, base, self.config.index_interval_bytes)
-            if segments and segments[-1].next_offset != base:
-                # A gap: an earlier segment lost its tail, so later ones cannot be kept.
-                for base_to_drop in bases[i:]:
-                    Segment(self.path, base_to_drop, self.config.index_interval_bytes).delete()
-                    deleted += 1
-                segment.close()
-                break
-            next_base = bases[i + 1] if i + 1 < len(bases) else None
-            callback = on_batch if (next_base is None or next_base > replay_from) else None
-            if next_base is not None and next_base <= recovery_point:
-                load_trusted_segment(segment, max_batch_bytes=self.config.max_batch_bytes, on_batch=callback)
-            else:
-                scanned += 1
-                truncated += recover_segment(
-                    segment, max_batch_bytes=self.config.max_batch_bytes, on_batch=callback
-                )
-            segments.append(segment)
-        self._segments = segments
-        self._bases = [s.base_offset for s in segments]
-        self._leo = segments[-1].next_offset
-        self._durable = self._leo
-        self._epochs.truncate_from_end(self._leo)
-        self._epochs.truncate_from_start(self.log_start_offset)
-        self._latest_epoch = self._epochs.latest_epoch
-        if snapshot_offset is not None and snapshot_offset > self._leo:
-            self._rebuild_producer_state(self._leo)  # the snapshot saw records the crash took
-        delete_snapshots(self.path, above=self._leo)
-        # What survived is durable from now on (after kill -9 it may still be only in the page
-        # cache). The active segment will take new, unsynced data: scan it after the next crash.
-        if self.config.fsync != "never":
-            for segment in segments:
-                if segment.base_offset >= recovery_point or segment is segments[-1]:
-                    segment.fsync()
-            fsync_dir(self.path)
-        self._write_recovery_point(self.active_segment.base_offset)
-        for segment in segments[:-1]:
-            segment.release()  # reopened on demand
-        self.recovery = RecoveryReport(scanned, truncated, deleted)
-
-    def _read_recovery_point(self) -> int:
-        try:
-            return int((self.path / RECOVERY_POINT_FILE).read_text().strip())
-        except (OSError, ValueError):
-            return 0
-
-    def _write_recovery_point(self, offset: int) -> None:
-        write_atomic(
-            self.path / RECOVERY_POINT_FILE, f"{offset}\n".encode(), fsync=self.config.fsync != "never"
+        loaded = load_log(self.path, self.config, self._producers)
+        self._segments = loaded.segments
+        self._bases = [segment.base_offset for segment in loaded.segments]
+        self._leo = loaded.segments[-1].next_offset
+        self._epochs = loaded.epochs
+        self._latest_epoch = loaded.epochs.latest_epoch
+        self._durability = Durability(
+            self, self.path, self.config, durable=self._leo, dir_dirty=loaded.created
         )
+        self.recovery = loaded.recovery
 
     # -- properties --------------------------------------------------------------------------------
 
@@ -248,7 +135,7 @@ class PartitionLog:
     @property
     def durable_offset(self) -> int:
         """Every offset below this one is on disk (in the page cache for ``fsync="never"``)."""
-        return self._leo if self.config.fsync == "never" else self._durable
+        return self._durability.durable_offset
 
     @property
     def latest_epoch(self) -> int:
@@ -422,21 +309,7 @@ class PartitionLog:
         self._after_write(len(chunk))
 
     def _after_write(self, length: int) -> None:
-        self._unsynced_bytes += length
-        mode = self.config.fsync
-        if mode == "always":
-            self.flush()
-        elif mode == "group":
-            committer = self._committer
-            if committer is None or committer.loop.is_closed():
-                try:
-                    asyncio.get_running_loop()
-                except RuntimeError:
-                    committer = None  # no event loop: synced by flush() or close()
-                else:
-                    committer = self.committer()  # background syncs after max_delay_ms
-            if committer is not None:
-                committer.notify_append(self._unsynced_bytes)
+        self._durability.after_write(length)
         for listener in self._listeners:
             listener()
 
@@ -456,10 +329,8 @@ class PartitionLog:
         segment.next_offset = self._leo
         self._segments.append(segment)
         self._bases.append(segment.base_offset)
-        if self.config.fsync != "never":
-            self._unsynced_sealed.append(old)
+        self._durability.rolled(old)
         self._touch(old)
-        self._dir_dirty = True
         return segment
 
     def _touch(self, segment: Segment) -> None:
@@ -467,12 +338,12 @@ class PartitionLog:
         lru = self._open_sealed
         lru[segment] = None
         lru.move_to_end(segment)
-        if len(lru) <= self.config.max_open_sealed_segments or self._sync_running:
+        if len(lru) <= self.config.max_open_sealed_segments or self._durability.sync_running:
             return
         for candidate in list(lru):
             if len(lru) <= self.config.max_open_sealed_segments:
                 break
-            if candidate is segment or candidate in self._unsynced_sealed:
+            if candidate is segment or self._durability.is_unsynced(candidate):
                 continue
             candidate.release()
             del lru[candidate]
@@ -482,98 +353,23 @@ class PartitionLog:
         if self._segments[-1].size:
             self._roll()
 
-    # -- durability --------------------------------------------------------------------------------
+    # -- durability (see .durability) -------------------------------------------------------------
 
     def flush(self) -> None:
         """fsync everything appended so far, blocking the caller."""
-        plan = self.begin_sync()
-        if plan is None:
-            return
-        try:
-            self.run_sync(plan)
-        except BaseException:
-            self.abort_sync(plan)
-            raise
-        self.end_sync(plan)
+        self._durability.flush()
 
     async def flush_until(self, offset: int) -> None:
         """Return once every record below ``offset`` is durable (see the module docstring)."""
-        if offset <= self.durable_offset:
-            return
-        if self.config.fsync != "group":
-            self.flush()
-            return
-        await self.committer().flush_until(offset)
+        await self._durability.flush_until(offset)
 
     def committer(self) -> GroupCommitter:
         """The group committer, bound to the running event loop on first use."""
-        if self._committer is None or self._committer.loop.is_closed():
-            self._committer = GroupCommitter(
-                self,
-                max_delay_ms=self.config.group_commit_max_delay_ms,
-                max_bytes=self.config.group_commit_max_bytes,
-            )
-        return self._committer
-
-    def begin_sync(self) -> _SyncPlan | None:
-        if self._closed or (self._durable >= self._leo and not self._unsynced_sealed and not self._dir_dirty):
-            return None
-        sealed = list(self._unsynced_sealed)
-        plan = _SyncPlan(
-            target=self._leo,
-            segments=[*sealed, self._segments[-1]],
-            sealed=sealed,
-            generation=self._generation,
-            recovery_point=self._segments[-1].base_offset if sealed else None,
-            sync_dir=self._dir_dirty,
-            unsynced_bytes=self._unsynced_bytes,
-        )
-        self._unsynced_sealed = []
-        self._dir_dirty = False
-        self._unsynced_bytes = 0
-        self._sync_running = True
-        return plan
-
-    def run_sync(self, plan: _SyncPlan) -> None:
-        """The fsyncs themselves (safe to run in a worker thread)."""
-        with self._sync_lock:
-            for segment in plan.segments:
-                segment.fsync()
-            if plan.sync_dir:
-                fsync_dir(self.path)
-            if plan.recovery_point is not None:
-                with self._rp_lock:
-                    if plan.generation == self._generation:
-                        self._write_recovery_point(plan.recovery_point)
-            plan.done = True
-
-    def end_sync(self, plan: _SyncPlan) -> None:
-        if plan.generation == self._generation and plan.target > self._durable:
-            self._durable = min(plan.target, self._leo)
-        self._finish_sync()
-
-    def abort_sync(self, plan: _SyncPlan) -> None:
-        self._unsynced_sealed[:0] = [s for s in plan.sealed if s in self._segments]
-        self._dir_dirty = self._dir_dirty or plan.sync_dir
-        self._unsynced_bytes += plan.unsynced_bytes
-        self._finish_sync()
-
-    def _finish_sync(self) -> None:
-        self._sync_running = False
-        for segment in self._deferred_close:
-            segment.close()
-        self._deferred_close = []
+        return self._durability.committer()
 
     def _drop_segment(self, segment: Segment) -> None:
-        """Delete a segment's files; close it now or, during an fsync round, when the round ends."""
-        if segment in self._unsynced_sealed:
-            self._unsynced_sealed.remove(segment)
         self._open_sealed.pop(segment, None)
-        segment.unlink()
-        if self._sync_running:
-            self._deferred_close.append(segment)
-        else:
-            segment.close()
+        self._durability.drop(segment)
 
     # -- reading -----------------------------------------------------------------------------------
 
@@ -619,16 +415,7 @@ class PartitionLog:
         """Headers of the batches from the one holding ``from_offset`` up to ``to_offset`` (excl.)."""
         start = self.log_start_offset if from_offset is None else max(from_offset, self.log_start_offset)
         stop = self._leo if to_offset is None else to_offset
-        for segment in list(self._segments):
-            if segment.next_offset <= start or segment.base_offset >= stop:
-                continue
-            if segment is not self._segments[-1]:
-                self._touch(segment)
-            position = segment.find_position(start)[0] if segment.base_offset < start else 0
-            for _, header in segment.iter_headers(position):
-                if header.base_offset >= stop:
-                    return
-                yield header
+        yield from headers_between(self._segments, start, stop, self._touch)
 
     def iter_batches(
         self, from_offset: int | None = None, max_bytes: int = 1 << 20
@@ -657,7 +444,7 @@ class PartitionLog:
         if offset >= self._leo:
             return self._leo
         offset = max(offset, self.log_start_offset)
-        self._generation += 1
+        self._durability.begin_truncation()
         while len(self._segments) > 1 and self._segments[-1].base_offset >= offset:
             self._bases.pop()
             self._drop_segment(self._segments.pop())
@@ -666,28 +453,14 @@ class PartitionLog:
         position, header = segment.find_position(offset)
         new_end = offset if header is None else header.base_offset
         segment.truncate(position, new_end)
-        if segment in self._unsynced_sealed:
-            self._unsynced_sealed.remove(segment)
         segment.index_path.unlink(missing_ok=True)
-        with self._rp_lock:
-            self._write_recovery_point(min(self._read_recovery_point(), segment.base_offset))
+        self._durability.truncated(segment, new_end)
         self._leo = new_end
-        self._durable = min(self._durable, new_end)
-        self._dir_dirty = True
         self._epochs.truncate_from_end(new_end)
         self._latest_epoch = self._epochs.latest_epoch
-        self._rebuild_producer_state(new_end)
-        if self._committer is not None:
-            self._committer.on_truncate(new_end)
+        rebuild_producer_state(self.path, self._producers, self._segments, new_end, self._touch)
+        self._durability.notify_truncated(new_end)
         return new_end
-
-    def _rebuild_producer_state(self, end: int) -> None:
-        delete_snapshots(self.path, above=end)
-        snapshot = load_latest_snapshot(self.path, self._producers, end)
-        start = self.log_start_offset if snapshot is None else snapshot
-        for header in self.iter_batch_headers(start, end):
-            if header.base_offset >= start:
-                self._producers.update(header)
 
     def delete_before(self, offset: int) -> int:
         """Retention: delete the whole segments whose records all lie below ``offset``.
@@ -708,7 +481,7 @@ class PartitionLog:
             return self.log_start_offset
         for segment in doomed:
             self._drop_segment(segment)
-        self._dir_dirty = True
+        self._durability.segments_removed()
         self._epochs.truncate_from_start(self.log_start_offset)
         delete_snapshots(self.path, below=self.log_start_offset)
         return self.log_start_offset
@@ -722,12 +495,10 @@ class PartitionLog:
         """
         if self._closed:
             raise LogClosedError(str(self.path))
-        self._generation += 1
+        self._durability.begin_truncation()
         for segment in self._segments:
             self._drop_segment(segment)
-        self._unsynced_sealed = []
-        with self._rp_lock:
-            self._write_recovery_point(offset)
+        self._durability.reset(offset)
         delete_snapshots(self.path, above=-1)
         self._epochs.clear()
         self._latest_epoch = -1
@@ -741,10 +512,7 @@ class PartitionLog:
         self._segments = [segment]
         self._bases = [offset]
         self._leo = offset
-        self._durable = min(self._durable, offset)
-        self._dir_dirty = True
-        if self._committer is not None:
-            self._committer.on_truncate(offset)
+        self._durability.notify_truncated(offset)
 
     # -- epochs ------------------------------------------------------------------------------------
 
@@ -790,21 +558,20 @@ class PartitionLog:
             return
         if self.config.fsync != "never":
             self.flush()
-        with self._sync_lock:  # a round started by the committer may still be running
+        with self._durability.sync_lock:  # a round started by the committer may still be running
             self._closed = True
-            self._finish_sync()
+            self._durability.finish_sync()
             for segment in self._segments:
                 segment.seal()
                 segment.close()
             self._open_sealed.clear()
             if self.config.fsync == "never":
-                self._write_recovery_point(self._segments[-1].base_offset)
-        self._committer = None
+                write_recovery_point(self.path, self._segments[-1].base_offset, fsync=False)
+        self._durability.forget_committer()
 
     async def aclose(self) -> None:
         """Wait for a running group commit, then :meth:`close`."""
-        if self._committer is not None:
-            await self._committer.close()
+        await self._durability.close_committer()
         self.close()
 
     def __enter__(self) -> PartitionLog:

@@ -9,7 +9,7 @@ reads until the segment is closed or deleted.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from .batch import HEADER_SIZE, BatchHeader, parse_header
@@ -163,3 +163,24 @@ class Segment:
         for item in self.iter_headers(start):
             last = item
         return last
+
+
+#: Called for each sealed segment a reader uses (the log's LRU of open descriptors).
+TouchFn = Callable[[Segment], None]
+
+
+def headers_between(
+    segments: Sequence[Segment], start: int, stop: int, touch: TouchFn | None = None
+) -> Iterator[BatchHeader]:
+    """Headers of the batches of ``segments`` (a log's, in order) from the one holding ``start`` up
+    to ``stop`` (exclusive)."""
+    for segment in list(segments):
+        if segment.next_offset <= start or segment.base_offset >= stop:
+            continue
+        if touch is not None and segment is not segments[-1]:
+            touch(segment)
+        position = segment.find_position(start)[0] if segment.base_offset < start else 0
+        for _, header in segment.iter_headers(position):
+            if header.base_offset >= stop:
+                return
+            yield header
