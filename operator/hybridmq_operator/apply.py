@@ -84,13 +84,18 @@ def status_json(status: PartitionStatus) -> dict[str, Any]:
     return status.model_dump(mode="json", by_alias=True)
 
 
-def partition_ref(body: Mapping[str, Any]) -> dict[str, Any]:
+def object_ref(body: Mapping[str, Any], kind: str) -> dict[str, Any]:
+    """One of our resources as the object of an Event."""
     meta = body.get("metadata") or {}
     return {
         "apiVersion": names.API_VERSION,
-        "kind": names.PARTITION_KIND,
+        "kind": kind,
         "metadata": {"name": meta.get("name"), "namespace": meta.get("namespace"), "uid": meta.get("uid")},
     }
+
+
+def partition_ref(body: Mapping[str, Any]) -> dict[str, Any]:
+    return object_ref(body, names.PARTITION_KIND)
 
 
 def partition_manifest(settings: ClusterSettings, change: CreatePartition) -> dict[str, Any]:

@@ -4,7 +4,8 @@
 * ``indexes``: in-memory indexes of broker pods, MM Leases and Partitions, fed by Kopf's watches.
 * ``children``: BrokerCluster create/update/resume → apply the child objects.
 * ``partitions``: a daemon per BrokerCluster: observe, plan, apply, every ~250 ms or on a pod event;
-  also finishes MM scale-downs and writes the BrokerCluster status.
+  each round then runs ``scale_down`` (refuse or finish MM scale-downs) and ``status`` (the
+  BrokerCluster status and its Warning events; ``cluster_status`` builds the status dict).
 * ``cleanup``: BrokerCluster deletion releases its Partitions.
 * ``orphans``: a Partition naming a BrokerCluster that does not exist gets a status saying so.
 """

@@ -4,7 +4,7 @@ Each round reads the indexes (pods, MM Leases, Partitions; no API calls), builds
 state, calls the pure planner and applies its changes (in a worker thread). It is level-based:
 an operator restarted in the middle of a failover simply plans again from the resources and
 finishes it. Besides partitions it finishes MM scale-downs once the planner says the leaving MMs
-are evacuated, and writes the BrokerCluster status when it changed.
+are evacuated (``scale_down``), and writes the BrokerCluster status when it changed (``status``).
 """
 
 from __future__ import annotations
@@ -12,26 +12,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import Counter
 from collections.abc import Mapping
-from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, cast
 
 import kopf
 
-from hybridmq.api.resources import FailoverRecord, PartitionState, PartitionType
-from hybridmq.planner import (
-    ClusterState,
-    DeletePartition,
-    Plan,
-    ReleaseFinalizer,
-    blocked_scale_down,
-    plan,
-)
-from hybridmq_operator import incarnations, kube, metrics, names, observe, problems
+from hybridmq.api.resources import FailoverRecord
+from hybridmq.planner import DeletePartition, Plan, ReleaseFinalizer, plan
+from hybridmq_operator import incarnations, kube, metrics, names, observe
 from hybridmq_operator.apply import Outcome, apply_plan, writer_pool
-from hybridmq_operator.handlers import children, cluster_status, indexes
+from hybridmq_operator.handlers import indexes
+from hybridmq_operator.handlers.scale_down import reconcile_scale_down
+from hybridmq_operator.handlers.status import StatusWriter, cluster_ref
 from hybridmq_operator.settings import ClusterSettings
 
 INTERVAL_S = 0.25
@@ -60,7 +53,7 @@ class Reconciler:
         self.written: dict[str, dict[str, Any]] = {}
         self.deleted: dict[str, float] = {}
         self.first_seen_lost: dict[str, datetime] = {}
-        self.last_status: dict[str, Any] | None = None
+        self.status = StatusWriter(name, namespace)
         # Incarnations this operator recorded on Leases (the watch may not have delivered them yet),
         # and on which Lease (uid): a re-created Lease needs the record again.
         self.recorded: dict[str, str] = {}
@@ -69,22 +62,6 @@ class Reconciler:
         self.pool = writer_pool(f"{namespace}/{name}")
         self.fingerprint: Any = None
         self.planned_at = 0.0
-        # Event reason -> message last posted on the BrokerCluster (post again only on a change).
-        self.announced: dict[str, str] = {}
-
-    def announce(self, body: Mapping[str, Any], reason: str, message: str | None) -> None:
-        """A Warning Event on the BrokerCluster when ``message`` is new; None: the cause is gone."""
-        if message is None:
-            self.announced.pop(reason, None)
-            return
-        if self.announced.get(reason) != message:
-            self.announced[reason] = message
-            kopf.event(
-                kopf.Body(cast(kopf.RawBody, _cluster_ref(body))),
-                type="Warning",
-                reason=reason,
-                message=message[:1000],
-            )
 
     def unchanged(self, state: Any, settings: ClusterSettings) -> bool:
         """Nothing the planner reads changed since the last plan (and it is not time for a full
@@ -146,15 +123,6 @@ def _record_incarnations(rec: Reconciler, snapshot: observe.Snapshot) -> None:
         del rec.recorded[name], rec.recorded_on[name]
 
 
-def _cluster_ref(body: Mapping[str, Any]) -> dict[str, Any]:
-    meta = body.get("metadata") or {}
-    return {
-        "apiVersion": names.API_VERSION,
-        "kind": names.CLUSTER_KIND,
-        "metadata": {"name": meta.get("name"), "namespace": meta.get("namespace"), "uid": meta.get("uid")},
-    }
-
-
 def _count_changes(cluster: str, p: Plan) -> None:
     for change in p.changes:
         metrics.CHANGES.labels(cluster, type(change).__name__).inc()
@@ -174,37 +142,6 @@ def failover_summary(records: list[tuple[str, FailoverRecord]]) -> tuple[str, st
         shown = ", ".join(offline[:5]) + (" …" if len(offline) > 5 else "")
         parts.append(f"{len(offline)} partitions offline (no in-sync replica alive): {shown}")
     return ("FailedOver" if moved else "PartitionsOffline"), "; ".join(parts)
-
-
-def set_partition_gauge(cluster: str, state: ClusterState) -> None:
-    counts = Counter(
-        (info.spec.type.value, (info.status.state if info.status else PartitionState.PENDING).value)
-        for info in state.partitions
-        if not info.deleting
-    )
-    for ptype in PartitionType:
-        for pstate in PartitionState:
-            metrics.PARTITIONS.labels(cluster, ptype.value, pstate.value).set(
-                counts[(ptype.value, pstate.value)]
-            )
-
-
-def _leaving_pods(snapshot: observe.Snapshot, desired: int) -> set[str]:
-    return {n for n in snapshot.pods_of(names.ROLE_MM) if names.pod_ordinal(n) >= desired}
-
-
-def _finish_scale_down(settings: ClusterSettings, leaving: set[str], p: Plan, logger: Any) -> None:
-    """Shrink the MM StatefulSet once every MM that goes holds no replica any more."""
-    if not leaving or not leaving <= set(p.safe_to_remove):
-        return
-    kube.merge_patch(
-        "apps/v1",
-        "StatefulSet",
-        settings.namespace,
-        names.statefulset_name(settings.name, names.ROLE_MM),
-        {"spec": {"replicas": settings.mm_replicas}},
-    )
-    logger.info("MMs %s evacuated: StatefulSet scaled to %d", sorted(leaving), settings.mm_replicas)
 
 
 def waiting_for_initial_mms(
@@ -257,7 +194,7 @@ async def reconcile_round(
     if result.changes:
         t_planned = time.monotonic()
         current = {str(b["metadata"]["name"]): b for b in snapshot.partitions}
-        outcome = await asyncio.to_thread(apply_plan, settings, result, current, _cluster_ref(body), rec.pool)
+        outcome = await asyncio.to_thread(apply_plan, settings, result, current, cluster_ref(body), rec.pool)
         if len(result.changes) >= 20 or outcome.failovers:
             logger.info(
                 "round: %d changes (%d failovers) planned in %.3fs, applied in %.3fs, %d conflicts",
@@ -272,7 +209,7 @@ async def reconcile_round(
         if outcome.failover_records:
             reason, message = failover_summary(outcome.failover_records)
             kopf.event(
-                kopf.Body(cast(kopf.RawBody, _cluster_ref(body))),
+                kopf.Body(cast(kopf.RawBody, cluster_ref(body))),
                 type="Warning",
                 reason=reason,
                 message=message,
@@ -293,45 +230,8 @@ async def reconcile_round(
     if applied:
         # The failovers of restarted MMs are applied: their new processes are accounted for.
         await asyncio.to_thread(_record_incarnations, rec, snapshot)
-    leaving = _leaving_pods(snapshot, settings.mm_replicas)
-    block = blocked_scale_down(state) if leaving else None
-    if leaving and block is None:
-        await asyncio.to_thread(_finish_scale_down, settings, leaving, result, logger)
-    # The BrokerCluster status (from the state this round planned on).
-    obs = observe.cluster_observation(state, snapshot, settings.cm_replicas, settings.mm_replicas)
-    obs = replace(
-        obs,
-        pod_problems=problems.pod_problems(snapshot.pods),
-        oversize_reports=problems.oversize_reports(snapshot.leases),
-        children_error=children.failures.get(key),
-        scale_down_blocked=block.message if block is not None else None,
-    )
-    rec.announce(body, "ScaleDownBlocked", obs.scale_down_blocked)
-    stuck = obs.pod_problems[0] if obs.pod_problems else None
-    rec.announce(body, "BrokerPodStuck", f"{stuck[0]}: {stuck[1]}: {stuck[2]}" if stuck else None)
-    metrics.LOST_MMS.labels(rec.name).set(len(obs.lost_mms))
-    set_partition_gauge(rec.name, state)
-    previous = rec.last_status if rec.last_status is not None else dict(body.get("status") or {})
-    status = cluster_status.cluster_status(
-        obs,
-        state,
-        observe.broker_table(snapshot),
-        previous,
-        settings.generation,
-        now,
-        on_demand_expected=settings.on_demand_per_mm > 0,
-    )
-    if cluster_status.changed(previous, status):
-        await asyncio.to_thread(
-            kube.merge_patch,
-            names.API_VERSION,
-            names.CLUSTER_KIND,
-            rec.namespace,
-            rec.name,
-            {"status": status},
-            "status",
-        )
-        rec.last_status = status
+    block = await reconcile_scale_down(snapshot, state, settings, result, logger)
+    await rec.status.write(body, snapshot, state, settings, block, now)
     return result
 
 
@@ -386,7 +286,7 @@ async def _loop(
         except Exception as exc:
             metrics.ERRORS.labels(name).inc()
             logger.warning("reconcile round failed: %s", exc)
-            rec.last_status = None
+            rec.status.last_status = None
             delay = ERROR_BACKOFF_S
         finally:
             metrics.RECONCILE_SECONDS.labels(name).observe(time.monotonic() - started)
