@@ -271,6 +271,13 @@ async def _read_through(h: History, address: str) -> None:
                 except ClientError as exc:
                     if exc.code == ErrorCode.UNKNOWN_PARTITION:
                         break  # deleted since the listing (a drained on-demand partition): all consumed
+                    if exc.code == ErrorCode.OFFSET_OUT_OF_RANGE:
+                        # Retention deleted segments since the listing: they held only records
+                        # every cursor had passed (delivered and acknowledged). Go on from the start.
+                        start = await _log_start(f, meta.name)
+                        if start > offset:
+                            offset = start
+                            continue
                     raise
                 if not result.batches:
                     break
@@ -282,3 +289,10 @@ async def _read_through(h: History, address: str) -> None:
                 offset = result.next_offset
     finally:
         await f.close()
+
+
+async def _log_start(f: Fetcher, partition: str) -> int:
+    for meta in await f.partitions():
+        if meta.name == partition:
+            return int(meta.start_offset)
+    return -1

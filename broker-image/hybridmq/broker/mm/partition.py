@@ -540,7 +540,7 @@ class PartitionHost:
                 if code is None:
                     log.exception("committing cursors failed on %s", self.name)
                 for state, link, frame in outbox:  # never sent: given back (counted, conservatively)
-                    if state.pending.get(frame["o"]) is not None and state.pending[frame["o"]].link is link:
+                    if _outstanding(state, link, frame):
                         state.give_back(frame["o"])
                 self._committing = []
                 _refuse(replies, code or ErrorCode.INTERNAL, f"not committed: {exc}")
@@ -548,7 +548,10 @@ class PartitionHost:
                 self._wake()
                 continue
             self._committing = []
-            for conn, frame in [(link.conn, f) for _, link, f in outbox] + [
+            # A delivery given back while its round waited (its stream was given back by a failed
+            # round, its consumer left) is not sent: it is handed out again, counted, later.
+            deliveries = [(link.conn, f) for state, link, f in outbox if _outstanding(state, link, f)]
+            for conn, frame in deliveries + [
                 (conn, {"t": FrameType.OK, "r": f.get("c")}) for conn, f in replies
             ]:
                 _send(conn, frame)
@@ -571,6 +574,12 @@ class PartitionHost:
                 self._check_space()
                 if not self.blocked:
                     self._produce_ready.set()
+
+
+def _outstanding(state: DeliveryState, link: ConsumerLink, frame: dict[str, Any]) -> bool:
+    """The delivery ``frame`` is still the one handed to ``link`` (not given back since)."""
+    p = state.pending.get(frame["o"])
+    return p is not None and p.link is link and p.attempt == int(frame.get("rd", 0)) + 1
 
 
 def _refuse(replies: list[tuple[Any, dict[str, Any]]], code: ErrorCode, why: str) -> None:

@@ -134,6 +134,7 @@ class ReplicaManager:
         self._task: asyncio.Task[None] | None = None
         self._serving: set[asyncio.Task[None]] = set()
         self.step = "idle"  # what the reconciler is doing (stats)
+        self._budget: asyncio.Timeout | None = None  # the reconcile round's bound against hangs
 
     # -- lifecycle -------------------------------------------------------------------------------
     def start(self) -> None:
@@ -165,7 +166,7 @@ class ReplicaManager:
             await self._dirty.wait()
             self._dirty.clear()
             try:
-                async with asyncio.timeout(10):
+                async with asyncio.timeout(10) as self._budget:
                     await self.reconcile()
             except asyncio.CancelledError:
                 task = asyncio.current_task()
@@ -253,7 +254,11 @@ class ReplicaManager:
             wake=self.mm.wake,
         )
         host.retention_interval = c.retention_interval
-        host.recover()
+        try:
+            await self._recover(host)
+        except BaseException:
+            leader.close()
+            raise
         # A takeover has seen no write yet: every producer the log knows may still need it.
         host.producers.seen(storage.log.producer_state.producers)
         host.writable = a.writable
@@ -268,6 +273,20 @@ class ReplicaManager:
             for pattern, mode, durable in getattr(link, "subscriptions", []):
                 host.attach(link, pattern, mode, durable)
         log.info("%s: primary at epoch %d (replicas %s)", a.name, a.epoch, ",".join(a.replicas))
+
+    async def _recover(self, host: ReplicatedPartitionHost) -> None:
+        """Read the log back (cursors, delivery counts) off the event loop, so that the lease is
+        renewed meanwhile: a blocked loop let it lapse, the failovers that followed made the MM
+        read the log again, and so on (a failover storm). A long log takes seconds: that is
+        progress, not a hang, so it does not count against the reconcile round's bound."""
+        budget = self._budget
+        if budget is not None:
+            budget.reschedule(None)
+        try:
+            await asyncio.to_thread(host.recover)
+        finally:
+            if budget is not None and not budget.expired():
+                budget.reschedule(asyncio.get_running_loop().time() + 10)
 
     async def _be_backup(self, a: PartitionAssignment) -> None:
         r = self.replicas.setdefault(a.name, Replica(a.name))

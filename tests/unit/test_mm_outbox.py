@@ -1,0 +1,130 @@
+"""Deliveries wait in the MM's outbox until the control records counting them are committed. A
+delivery given back while it waited (a failed round gave its whole stream back) must not be sent:
+a consumer reading a streamed message would get a chunk after a gap.
+
+The round that fails is made deterministic with a control waiter that blocks and then fails, as a
+replication commit does when a backup froze (the in-sync replicas never confirm in time).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from hybridmq.api.frames import BatchFlag, ErrorCode, FrameType
+from hybridmq.broker.destinations.delivery import ConsumerLink
+from hybridmq.broker.log.config import LogConfig
+from hybridmq.broker.mm.partition import PartitionHost
+from hybridmq.broker.mm.replicated_host import CommitError
+from hybridmq.broker.mm.storage import PartitionStorage
+
+QUEUE = "queue:streams"
+CHUNKS = 4
+
+
+class Wire:
+    """What a CM connection would carry to the consumer."""
+
+    def __init__(self) -> None:
+        self.closed = False
+        self.frames: list[dict[str, Any]] = []
+
+    def send_nowait(self, frame: dict[str, Any]) -> None:
+        self.frames.append(frame)
+
+    def deliveries(self) -> list[dict[str, Any]]:
+        return [f for f in self.frames if f.get("t") == FrameType.DELIVER]
+
+
+class ControlRounds:
+    """Control commits that succeed, except one that blocks until released and then fails."""
+
+    def __init__(self) -> None:
+        self.block_next = False
+        self.entered = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def __call__(self, end: int) -> None:
+        if not self.block_next:
+            return
+        self.block_next = False
+        self.entered.set()
+        await self.release.wait()
+        raise CommitError(ErrorCode.MM_UNAVAILABLE, "not replicated: the backup froze")
+
+
+async def _until(predicate: Any, what: str) -> None:
+    """Poll a condition the host reaches through its own tasks (5 s at most)."""
+    for _ in range(500):
+        if predicate():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _contiguous(deliveries: list[dict[str, Any]]) -> list[int]:
+    """The chunk sequence numbers as a consumer reassembling in order would see them; raises on a
+    chunk that arrives after a gap (independent of the client library's own check)."""
+    seen = -1
+    order = []
+    for f in deliveries:
+        seq = int(f["xa"]["seq"])
+        assert seq <= seen + 1, f"chunk {seq} arrived after chunk {seen}: a gap in the stream {order}"
+        seen = max(seen, seq)
+        order.append(seq)
+    return order
+
+
+async def test_a_chunk_given_back_while_its_round_waits_is_not_sent(tmp_path: Path) -> None:
+    storage = PartitionStorage.open(tmp_path / "p", LogConfig(fsync="never"))
+    host = PartitionHost("p", storage, 0)
+    rounds = ControlRounds()
+    host.control_waiter = rounds
+    host.start()
+    producer = Wire()
+    try:
+        for seq in range(CHUNKS):
+            host.enqueue_produce(
+                producer,
+                {
+                    "t": FrameType.PRODUCE,
+                    "c": seq,
+                    "d": QUEUE,
+                    "n": 1,
+                    "b": bytes([seq]) * 1000,
+                    "f": int(BatchFlag.CHUNK),
+                    "xa": {"sid": "s1", "seq": seq, "fin": seq == CHUNKS - 1},
+                },
+            )
+        await _until(lambda: len(producer.frames) == CHUNKS, "produce acks")
+        assert all(f["t"] == FrameType.PRODUCE_ACK for f in producer.frames)
+        bases = [int(f["o"]) for f in producer.frames]
+
+        consumer = Wire()
+        link = ConsumerLink(consumer, "c1", window=2, window_bytes=1 << 20)
+        host.attach(link, QUEUE, "exact", None)
+        host.pump()  # chunks 0 and 1 (the window)
+        await _until(lambda: len(consumer.deliveries()) == 2, "first two chunks")
+
+        rounds.block_next = True
+        assert host.ack(link, bases[0], attempt=1)  # chunk 0 read: chunk 2 goes out next
+        host.pump()
+        await _until(rounds.entered.is_set, "the round of chunk 2 waits")
+        assert host.ack(link, bases[1], attempt=1)  # chunk 1 read: chunk 3 waits for the next round
+        host.pump()
+        rounds.release.set()  # the round of chunk 2 fails: the whole stream is given back
+        for _ in range(50):
+            host.pump()
+            await asyncio.sleep(0.02)
+            for f in consumer.deliveries()[len(consumer.deliveries()) - 2 :]:
+                if f["o"] in host.states["q:" + QUEUE].pending:
+                    host.ack(link, f["o"], attempt=int(f["rd"]) + 1)
+
+        order = _contiguous(consumer.deliveries())
+        assert order[-1] == CHUNKS - 1, f"the stream was not delivered to its end: {order}"
+        redelivered = [f for f in consumer.deliveries() if int(f["rd"]) > 0]
+        assert redelivered and int(redelivered[0]["xa"]["seq"]) == 0, "given back: again from chunk 0"
+    finally:
+        await host.stop()
+        storage.close()
