@@ -1,4 +1,4 @@
-"""Seed 003 through real processes: an affinity member dies under load, a survivor takes over its
+"""Affinity takeover through real processes: an affinity member dies under load, a survivor takes over its
 queue with the marker protocol; per session key every message is processed once, in publish order."""
 
 from __future__ import annotations

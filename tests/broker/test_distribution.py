@@ -1,4 +1,4 @@
-"""Seed 002 through real processes: 3 CMs, centralized and de-centralized connection distribution."""
+"""Connection distribution through real processes: 3 CMs, centralized and de-centralized connection distribution."""
 
 from __future__ import annotations
 

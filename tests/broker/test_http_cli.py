@@ -66,7 +66,7 @@ def test_blocking_client(cluster: LocalCluster) -> None:
 
 
 async def test_round_robin_distribution_from_the_directory(cluster: LocalCluster) -> None:
-    """Seed 002: the client caches the broker table (DIRECTORY) and moves on past a dead CM."""
+    """Connection distribution: the client caches the broker table (DIRECTORY) and moves on past a dead CM."""
     from hybridmq.client import Producer
     from hybridmq.client.connection import directory_fetcher
     from hybridmq.client.distribution import RoundRobin

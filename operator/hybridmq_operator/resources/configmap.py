@@ -1,6 +1,6 @@
 """The ConfigMap every broker reads, and the digest that rolls the pods when it changes.
 
-Seed 001 asks for configuration consistency across the cluster: every CM and MM must run with the
+The cluster configuration must stay consistent: every CM and MM must run with the
 same configuration. The pod templates carry the digest of this ConfigMap's data, so any change to
 it changes the templates and the StatefulSets roll every pod onto the new configuration.
 """
