@@ -109,6 +109,7 @@ async def test_chaos_run(tmp_path: Path) -> None:
             chaos.release.set()
             chaos.join(60)
         survivors = {n: p.poll() is None for n, p in cluster.procs.items()}
+        events = cluster.state()["events"]  # the controller's last decisions, for a failed run
 
     verdict, examples = check(h, settle)
     print("faults: " + "; ".join(chaos.log))
@@ -120,6 +121,9 @@ async def test_chaos_run(tmp_path: Path) -> None:
         failed["not_recovered"] = repr(chaos.error)
     if not all(survivors.values()):
         failed["dead_processes"] = [n for n, alive in survivors.items() if not alive]
+    if failed:
+        for e in events[-40:]:
+            print(f"  controller: {e['reason']}: {e['message']}")
     assert not failed, f"adversarial chaos verdicts failed: {failed} (seed={seed})"
     assert verdict["faults"] >= 1 and verdict["acked"] > 100, "the run did too little to judge"
     assert verdict["large_sent"] >= 1, "no large message was acknowledged"
