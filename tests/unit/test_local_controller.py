@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import time
+from typing import Any
+
 from hybridmq.api.assignment import BrokerEntry, BrokerRole
 from hybridmq.api.lease_report import MMReport, PartitionReport
 from hybridmq.local.controller import LocalController
@@ -116,3 +119,22 @@ def test_the_http_api_refuses_requests_without_the_cluster_secret() -> None:
         assert killed == ["mm-1"]
     finally:
         c.stop()
+
+
+def test_a_stalled_controller_holds_none_of_its_stall_against_the_mms(monkeypatch: Any) -> None:
+    clock = [1000.0]
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
+    c = _controller()
+    _beat_all(c)
+    c.tick()
+    clock[0] += 3.0  # the controller's process was starved for 3 s: heartbeats wait unread
+    c.tick()
+    assert c.live == frozenset(MMS), "MMs declared lost for the controller's own stall"
+    for m in MMS[:2]:  # the waiting heartbeats are read; mm-2 really died meanwhile
+        c.heartbeat(m, "a", None)
+    for _ in range(30):  # 1.5 s of a controller that runs normally
+        clock[0] += 0.05
+        c.heartbeat(MMS[0], "a", None)
+        c.heartbeat(MMS[1], "a", None)
+        c.tick()
+    assert c.live == frozenset(MMS[:2]), "a dead MM must still be found out"

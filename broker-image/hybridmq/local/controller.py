@@ -113,6 +113,7 @@ class LocalController:
         self._grace_until = time.monotonic() + startup_grace_s
         self._dirty = False
         self._last_plan = 0.0
+        self._last_tick: float | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._changed: asyncio.Event | None = None
@@ -199,6 +200,7 @@ class LocalController:
 
     def tick(self) -> None:
         now = time.monotonic()
+        self._forgive_own_stall(now)
         live = frozenset(m for m in self.mm_names if self._alive(m, now))
         urgent = live != self.live or self._urgent()
         if live != self.live:
@@ -232,6 +234,18 @@ class LocalController:
             return False
         kept = (datetime.now(UTC) - a.drained_since).total_seconds()
         return kept >= self.spec.partitions.on_demand.retention_after_drain_seconds
+
+    def _forgive_own_stall(self, now: float) -> None:
+        """Time the controller itself did not run (a starved process) is not held against the MMs:
+        their heartbeats may be waiting unread. A frozen MM is still fenced by its own lease."""
+        last, self._last_tick = self._last_tick, now
+        if last is None:
+            return
+        stalled = now - last
+        if stalled > self.lease_s / 2:
+            LOG.warning("controller did not run for %.2f s: liveness decisions wait for heartbeats", stalled)
+            for name, seen in self.last_seen.items():
+                self.last_seen[name] = min(now, seen + stalled)
 
     def replan(self, now: float | None = None) -> None:
         self._last_plan = now if now is not None else time.monotonic()
