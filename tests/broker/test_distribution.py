@@ -1,4 +1,4 @@
-"""Connection distribution through real processes: 3 CMs, centralized and de-centralized connection distribution."""
+"""Connection distribution through real processes: 3 CMs, centralized and de-centralized."""
 
 from __future__ import annotations
 

@@ -335,11 +335,12 @@ class PartitionHost:
     def detach(self, link: ConsumerLink) -> None:
         self.queue_patterns = [(lk, m) for lk, m in self.queue_patterns if lk is not link]
         for state in [s for s in link.states if self.states.get(s.key) is s]:
+            attached = link in state.links  # not when a new subscriber of a durable replaced it
             state.detach(link)
             if not state.persistent:
                 self.states.pop(state.key, None)
-            elif not state.is_queue:
-                # durable subscription: rewind to its cursor for the next consumer
+            elif not state.is_queue and attached:
+                # durable subscription left alone: rewind to its cursor for the next consumer
                 state.next_offset = state.lw()
                 state.redeliver.clear()
         link.states = [s for s in link.states if self.states.get(s.key) is not s]
