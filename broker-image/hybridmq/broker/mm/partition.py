@@ -358,7 +358,9 @@ class PartitionHost:
         ``reply`` (connection, ACK frame) is answered once the acknowledgement is committed; False
         (nothing answered) when the batch is not outstanding on ``link`` at that attempt."""
         done = False
-        for state in link.states:
+        # The link reaches every partition of this MM: only this partition's states count (an
+        # offset means nothing in another partition).
+        for state in [s for s in link.states if self.states.get(s.key) is s]:
             p = state.pending.get(base)
             if p is not None and p.link is link:
                 if nack:
