@@ -22,7 +22,7 @@ def test_reads_the_records_of_the_log_with_the_row_schema(spark: SparkSession, t
         spark.read.format("hybridmq").option("path", str(tmp_path)).option("includeHeaders", "true").load()
     )
     assert df.schema == python_source.schema  # the same rows as format("hybridmq") gives
-    assert df.rdd.getNumPartitions() == 4  # one input partition per segment file
+    assert df.rdd.getNumPartitions() == 2  # segments packed into about one task per core (local[2])
     rows = df.collect()
     got = {
         (r.partition, r.partition_type, r.offset, r.producer_id, r.sequence, r.destination): (
@@ -75,6 +75,45 @@ def test_a_query_reads_only_the_columns_it_uses(spark: SparkSession, tmp_path: P
         ("od-3", 1),
         ("od-3", 2),
     ]
+
+
+def test_filters_the_scan_checks_itself_give_what_spark_would(spark: SparkSession, tmp_path: Path) -> None:
+    writer = ExportWriter(tmp_path)
+    n = 70_000
+    producers = pa.array([None if i % 7 == 0 else f"p{i % 5}" for i in range(n)], pa.string())
+    table = pa.table(
+        {"producer_id": producers, "sequence": pa.array([None if i % 11 == 0 else i for i in range(n)])}
+    )
+    writer.append_table("fixed-0", "fixed", table.slice(0, 40_000))
+    writer.append_table("fixed-0", "fixed", table.slice(40_000))  # a second segment: offsets [40000, 70000)
+    writer.append_rows("od-3", "on-demand", rows_for("p1", range(3)))
+    df = spark.read.format(FORMAT).option("path", str(tmp_path)).load()
+    queries = {
+        "sequence < 700": lambda i, p, s: s is not None and s < 700,
+        "sequence >= 69990 and sequence <= 69995": lambda i, p, s: s is not None and 69990 <= s <= 69995,
+        "sequence = 22 or sequence = 23": lambda i, p, s: s in (22, 23),
+        "producer_id = 'p1'": lambda i, p, s: p == "p1",
+        "producer_id in ('p2', 'p3') and offset > 39990 and offset < 40010": lambda i, p, s: (
+            p in ("p2", "p3") and 39990 < i < 40010
+        ),
+        "producer_id is null": lambda i, p, s: p is None,
+        "partition = 'fixed-0' and offset >= 69998": lambda i, p, s: i >= 69998,
+        "partition_type = 'on-demand'": lambda i, p, s: False,
+        "not (sequence < 69000)": lambda i, p, s: s is not None and s >= 69000,
+    }
+    rows = list(zip(range(n), producers.to_pylist(), table.column("sequence").to_pylist(), strict=True))
+    for where, keep in queries.items():
+        expected = sorted(i for i, p, s in rows if keep(i, p, s))
+        got = sorted(
+            r.offset for r in df.where(where).where("partition = 'fixed-0'").select("offset").collect()
+        )
+        assert got == expected, where
+    od3 = df.where("partition_type = 'on-demand' and producer_id = 'p1'").select("offset").collect()
+    assert sorted(r.offset for r in od3) == [0, 1, 2]
+    plan = df.where("sequence < 700 and partition = 'od-3'")._jdf.queryExecution().executedPlan().toString()
+    assert "PushedFilters: [IsNotNull(sequence), LessThan(sequence,700), EqualTo(partition,od-3)]" in plan, (
+        plan
+    )
 
 
 def test_bad_options_and_paths_are_refused_clearly(spark: SparkSession, tmp_path: Path) -> None:

@@ -47,7 +47,7 @@ final class ExportLayout {
   }
 
   /** Every segment of every partition, partitions by name and segments in offset order. */
-  List<SegmentSplit> splits() throws IOException {
+  List<Segment> segments() throws IOException {
     List<Path> dirs = new ArrayList<>();
     try (DirectoryStream<Path> entries = Files.newDirectoryStream(root)) {
       for (Path entry : entries) {
@@ -66,16 +66,24 @@ final class ExportLayout {
       }
     }
     partitions.sort(Comparator.comparing(p -> p.name));
-    List<SegmentSplit> splits = new ArrayList<>();
+    List<Segment> splits = new ArrayList<>();
     for (Partition p : partitions) {
-      for (Path segment : segments(p.dir)) {
-        splits.add(new SegmentSplit(segment.toString(), p.name, p.type));
+      for (Path segment : files(p.dir)) {
+        String name = segment.getFileName().toString();
+        long end = Long.parseLong(name.substring(name.indexOf('-') + 1, name.length() - SUFFIX.length()));
+        long bytes;
+        try {
+          bytes = Files.size(segment);
+        } catch (NoSuchFileException e) {
+          continue; // trimmed meanwhile
+        }
+        splits.add(new Segment(segment.toString(), p.name, p.type, base(segment), end, bytes));
       }
     }
     return splits;
   }
 
-  private static List<Path> segments(Path dir) throws IOException {
+  private static List<Path> files(Path dir) throws IOException {
     List<Path> found = new ArrayList<>();
     try (DirectoryStream<Path> entries = Files.newDirectoryStream(dir)) {
       for (Path entry : entries) {

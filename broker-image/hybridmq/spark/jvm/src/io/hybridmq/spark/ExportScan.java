@@ -2,21 +2,26 @@ package io.hybridmq.spark;
 
 import java.io.IOException;
 import java.io.UncheckedIOException;
+import java.util.List;
+import java.util.stream.Collectors;
 
+import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.connector.read.Batch;
 import org.apache.spark.sql.connector.read.InputPartition;
 import org.apache.spark.sql.connector.read.PartitionReaderFactory;
 import org.apache.spark.sql.connector.read.Scan;
 import org.apache.spark.sql.types.StructType;
 
-/** The scan: one input partition per segment file, read as columnar batches. */
+/** The scan of the segments that may hold matching rows, in about one group per core, as columnar batches. */
 final class ExportScan implements Scan, Batch {
   private final ExportOptions options;
   private final StructType schema;
+  private final RowFilter filter;
 
-  ExportScan(ExportOptions options, StructType schema) {
+  ExportScan(ExportOptions options, StructType schema, RowFilter filter) {
     this.options = options;
     this.schema = schema;
+    this.filter = filter;
   }
 
   @Override
@@ -26,7 +31,8 @@ final class ExportScan implements Scan, Batch {
 
   @Override
   public String description() {
-    return ExportSource.NAME + " " + options.path + " " + schema.simpleString();
+    return ExportSource.NAME + " " + options.path + " " + schema.simpleString()
+        + " PushedFilters: " + java.util.Arrays.toString(filter.used);
   }
 
   @Override
@@ -37,7 +43,11 @@ final class ExportScan implements Scan, Batch {
   @Override
   public InputPartition[] planInputPartitions() {
     try {
-      return ExportLayout.open(options.path).splits().toArray(new InputPartition[0]);
+      List<Segment> segments = ExportLayout.open(options.path).segments().stream()
+          .filter(s -> filter.mayMatch(s.partition, s.partitionType, s.base, s.end))
+          .collect(Collectors.toList());
+      int cores = SparkSession.active().sparkContext().defaultParallelism();
+      return SegmentGroup.pack(segments, cores).toArray(new InputPartition[0]);
     } catch (IOException e) {
       throw new UncheckedIOException(e);
     }
@@ -45,6 +55,6 @@ final class ExportScan implements Scan, Batch {
 
   @Override
   public PartitionReaderFactory createReaderFactory() {
-    return new SegmentReaderFactory(schema);
+    return new SegmentReaderFactory(schema, filter);
   }
 }

@@ -6,6 +6,7 @@ import java.nio.file.NoSuchFileException;
 import java.nio.file.Paths;
 import java.nio.file.StandardOpenOption;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.List;
 
 import org.apache.arrow.flatbuf.RecordBatch;
@@ -13,6 +14,7 @@ import org.apache.arrow.memory.BufferAllocator;
 import org.apache.arrow.memory.RootAllocator;
 import org.apache.arrow.vector.BaseIntVector;
 import org.apache.arrow.vector.FieldVector;
+import org.apache.arrow.vector.ValueVector;
 import org.apache.arrow.vector.VectorSchemaRoot;
 import org.apache.arrow.vector.complex.MapVector;
 import org.apache.arrow.vector.dictionary.Dictionary;
@@ -34,24 +36,28 @@ import org.apache.spark.unsafe.types.UTF8String;
 
 /**
  * Reads one segment file (an Arrow IPC file) batch by batch into Spark columnar batches that wrap
- * the Arrow vectors without copying. Only the wanted columns' buffers are read; the partition name
+ * the Arrow vectors without copying (rows that fail the scan's filter check are dropped, by copying
+ * the rest). Only the wanted columns' buffers are read; the partition name
  * and type are constants of the split, so with no stored column wanted (a count) only each batch's
  * metadata is read.
  */
 final class SegmentReader implements PartitionReader<ColumnarBatch> {
-  private final SegmentSplit split;
+  private final Segment split;
   private final StructType schema;
   private final BufferAllocator allocator;
   private final FileChannel channel;
   private final ArrowFileReader reader;
   private final List<ArrowBlock> blocks;
   private final ColumnLoader loader; // null when only constant columns (or none) are wanted
+  private final RowFilter filter;
+  private final List<FieldVector> owned = new ArrayList<>(); // the current batch's compacted columns
   private int next;
   private ColumnarBatch batch;
 
-  SegmentReader(SegmentSplit split, StructType schema) throws IOException {
+  SegmentReader(Segment split, StructType schema, RowFilter filter) throws IOException {
     this.split = split;
     this.schema = schema;
+    this.filter = filter;
     try {
       channel = FileChannel.open(Paths.get(split.path), StandardOpenOption.READ);
     } catch (NoSuchFileException e) {
@@ -68,11 +74,17 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
         stored.add(name);
       }
     }
+    for (String name : filter.rowColumns()) {
+      if (!stored.contains(name)) {
+        stored.add(name); // checked by the scan, not output
+      }
+    }
     loader = stored.isEmpty() ? null : new ColumnLoader(channel, allocator, reader.getVectorSchemaRoot(), stored);
   }
 
   @Override
   public boolean next() throws IOException {
+    releaseOwned();
     while (next < blocks.size()) {
       ArrowBlock block = blocks.get(next++);
       int rows;
@@ -86,12 +98,43 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
           rows = root.getRowCount();
         }
       }
-      batch = new ColumnarBatch(columns(root, rows), rows);
+      int[] selected = loader == null ? null : select(root, rows);
+      if (selected != null) {
+        rows = selected.length;
+      }
       if (rows > 0) {
+        batch = new ColumnarBatch(columns(root, rows, selected), rows);
         return true;
       }
     }
     return false;
+  }
+
+  /** The rows that pass the scan's own filter check, or null when all do. */
+  private int[] select(VectorSchemaRoot root, int rows) throws IOException {
+    RowFilter.Rows check = filter.rows(new RowFilter.VectorSource() {
+      @Override
+      public FieldVector vector(String column) {
+        return root.getVector(column);
+      }
+
+      @Override
+      public ValueVector dictionary(String column) throws IOException {
+        DictionaryEncoding encoding = root.getVector(column).getField().getDictionary();
+        return encoding == null ? null : reader.getDictionaryVectors().get(encoding.getId()).getVector();
+      }
+    });
+    if (check == null) {
+      return null;
+    }
+    int[] selected = new int[rows];
+    int n = 0;
+    for (int row = 0; row < rows; row++) {
+      if (check.keep(row)) {
+        selected[n++] = row;
+      }
+    }
+    return n == rows ? null : Arrays.copyOf(selected, n);
   }
 
   private int rowCount(ArrowBlock block) throws IOException {
@@ -101,7 +144,7 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
     return Math.toIntExact(header.length());
   }
 
-  private ColumnVector[] columns(VectorSchemaRoot root, int rows) throws IOException {
+  private ColumnVector[] columns(VectorSchemaRoot root, int rows, int[] selected) throws IOException {
     StructField[] fields = schema.fields();
     ColumnVector[] columns = new ColumnVector[fields.length];
     for (int i = 0; i < fields.length; i++) {
@@ -111,17 +154,37 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
       } else if (name.equals("partition_type")) {
         columns[i] = constant(split.partitionType, rows);
       } else {
-        columns[i] = column(root, name);
+        FieldVector vector = root.getVector(name);
+        if (vector == null) {
+          throw new IllegalStateException(split.path + " has no column " + name);
+        }
+        columns[i] = column(selected == null ? vector : compacted(vector, selected));
       }
     }
     return columns;
   }
 
-  private ColumnVector column(VectorSchemaRoot root, String name) throws IOException {
-    FieldVector vector = root.getVector(name);
-    if (vector == null) {
-      throw new IllegalStateException(split.path + " has no column " + name);
+  /** A new vector of the selected rows of {@code vector} (freed when the next batch is read). */
+  private FieldVector compacted(FieldVector vector, int[] selected) {
+    FieldVector out = vector.getField().createVector(allocator);
+    owned.add(out);
+    out.setInitialCapacity(selected.length);
+    out.allocateNew();
+    for (int i = 0; i < selected.length; i++) {
+      out.copyFromSafe(selected[i], i, vector);
     }
+    out.setValueCount(selected.length);
+    return out;
+  }
+
+  private void releaseOwned() {
+    for (FieldVector vector : owned) {
+      vector.close();
+    }
+    owned.clear();
+  }
+
+  private ColumnVector column(FieldVector vector) throws IOException {
     DictionaryEncoding encoding = vector.getField().getDictionary();
     if (encoding != null) {
       Dictionary dictionary = reader.getDictionaryVectors().get(encoding.getId());
@@ -148,6 +211,7 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
 
   @Override
   public void close() throws IOException {
+    releaseOwned();
     try {
       reader.close(); // closes the vectors, the dictionaries and the channel
     } finally {

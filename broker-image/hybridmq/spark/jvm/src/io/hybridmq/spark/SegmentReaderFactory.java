@@ -1,8 +1,5 @@
 package io.hybridmq.spark;
 
-import java.io.IOException;
-import java.io.UncheckedIOException;
-
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.connector.read.InputPartition;
 import org.apache.spark.sql.connector.read.PartitionReader;
@@ -13,9 +10,11 @@ import org.apache.spark.sql.vectorized.ColumnarBatch;
 final class SegmentReaderFactory implements PartitionReaderFactory {
   private static final long serialVersionUID = 1L;
   private final StructType schema;
+  private final RowFilter filter;
 
-  SegmentReaderFactory(StructType schema) {
+  SegmentReaderFactory(StructType schema, RowFilter filter) {
     this.schema = schema;
+    this.filter = filter;
   }
 
   @Override
@@ -30,10 +29,6 @@ final class SegmentReaderFactory implements PartitionReaderFactory {
 
   @Override
   public PartitionReader<ColumnarBatch> createColumnarReader(InputPartition partition) {
-    try {
-      return new SegmentReader((SegmentSplit) partition, schema);
-    } catch (IOException e) {
-      throw new UncheckedIOException(e);
-    }
+    return new GroupReader((SegmentGroup) partition, schema, filter);
   }
 }
