@@ -49,6 +49,14 @@ def test_reads_the_records_of_the_log_with_the_row_schema(spark: SparkSession, t
             [("h", str(seq).encode())],
             1_780_000_000 + seq,
         )
+    # rows the scan's own filter check keeps are copied out whole, headers included
+    (one,) = df.where("producer_id = 'c' and sequence = 7").collect()
+    assert (one.partition, one.offset, [(h.key, bytes(h.value)) for h in one.headers]) == (
+        "fixed-1",
+        7,
+        [("h", b"7")],
+    )
+    assert bytes(one.value) == b"c:7" and one.timestamp.timestamp() == 1_780_000_007
     # fixed-0 interleaves a and b: offset order is the order they were appended in
     fixed0 = sorted((r.offset, r.producer_id, r.sequence) for r in rows if r.partition == "fixed-0")
     assert [(p, s) for _, p, s in fixed0[:4]] == [("a", 0), ("b", 0), ("a", 1), ("b", 1)]
