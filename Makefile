@@ -23,9 +23,9 @@ lint-chart: $(STAMP) k8s-binaries
 lock: $(STAMP)
 	$(PY) requirements/lock.py
 
-.PHONY: setup system-packages docker-engine images kind k8s-binaries lint fmt test test-unit test-broker test-k8s adversarial demo cluster-up cluster-down crds bench clean
+.PHONY: setup system-packages docker-engine images kind k8s-binaries spark-jar lint fmt test test-unit test-broker test-k8s adversarial demo cluster-up cluster-down crds bench clean
 
-setup: system-packages $(STAMP) k8s-binaries
+setup: system-packages $(STAMP) k8s-binaries spark-jar
 
 # Debian packages the lint and tests use (root machines; apt-get update only when something is missing),
 # and docker.io when no Docker engine answers and dockerd is missing.
@@ -49,6 +49,10 @@ $(STAMP): pyproject.toml operator/pyproject.toml
 
 k8s-binaries:
 	@hack/k8sbin/build.sh >/dev/null
+
+# The JVM data source hybridmq-export, compiled against the installed pyspark into a cached jar.
+spark-jar: $(STAMP)
+	@$(PY) -m hybridmq.spark.jar >/dev/null
 
 # kind from source (pinned), into ~/.cache/hybridmq/kind/; see hack/kind/README.md for the node image.
 kind:

@@ -3,6 +3,8 @@
 from collections.abc import Iterable
 from pathlib import Path
 
+import pyarrow as pa
+
 from hybridmq.spark.export import ExportWriter
 
 
@@ -38,3 +40,17 @@ def clean_log(root: Path) -> ExportWriter:
     writer.append_rows("od-0", "on-demand", rows_for("d", range(10)))
     writer.append_rows("od-1", "on-demand", rows_for("d", range(10, 20)))
     return writer
+
+
+def old_headers_log(root: Path) -> Path:
+    """Partition p with 2 records whose segment stores headers as an older export did:
+    ``map<string, string>`` (first record ``{"h": "0"}``, second none). Returns the segment."""
+    writer = ExportWriter(root)
+    writer.append_rows("p", "fixed", rows_for("a", range(2)))
+    (segment,) = (root / "p").glob("*.arrow")
+    table = pa.ipc.open_file(pa.py_buffer(segment.read_bytes())).read_all()
+    old_headers = pa.array([[("h", "0")], None], pa.map_(pa.string(), pa.string()))
+    table = table.set_column(table.schema.get_field_index("headers"), "headers", old_headers)
+    with pa.OSFile(str(segment), "wb") as sink, pa.ipc.new_file(sink, table.schema) as out:
+        out.write_table(table)
+    return segment

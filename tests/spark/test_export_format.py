@@ -6,7 +6,7 @@ import pyarrow as pa
 import pytest
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
-from spark_helpers import clean_log, rows_for
+from spark_helpers import clean_log, old_headers_log, rows_for
 
 from hybridmq.spark.audit.job import pack_ranges
 from hybridmq.spark.export import ExportWriter, export_source
@@ -152,15 +152,7 @@ def test_streaming_offsets_of_older_checkpoints_are_read() -> None:
 
 
 def test_headers_of_exports_written_as_string_maps_are_read_as_binary(tmp_path: Path) -> None:
-    writer = ExportWriter(tmp_path)
-    writer.append_rows("p", "fixed", rows_for("a", range(2)))
-    # Rewrite the segment as an older export stored it: headers map<string, string>.
-    (segment,) = (tmp_path / "p").glob("*.arrow")
-    table = pa.ipc.open_file(pa.py_buffer(segment.read_bytes())).read_all()
-    old_headers = pa.array([[("h", "0")], None], pa.map_(pa.string(), pa.string()))
-    table = table.set_column(table.schema.get_field_index("headers"), "headers", old_headers)
-    with pa.OSFile(str(segment), "wb") as sink, pa.ipc.new_file(sink, table.schema) as out:
-        out.write_table(table)
+    old_headers_log(tmp_path)
     got = pa.Table.from_batches(list(ExportedLogSource(tmp_path).read_range("p", 0, 2, COLUMNS)))
     assert got.schema.equals(ROW_SCHEMA)
     assert got.column("headers").to_pylist() == [[{"key": "h", "value": b"0"}], None]

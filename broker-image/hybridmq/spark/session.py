@@ -1,11 +1,16 @@
-"""Build a SparkSession whose Python workers run this interpreter, with the data source registered."""
+"""Build a SparkSession whose Python workers run this interpreter, with both data sources: the
+Python ``hybridmq`` (registered) and the JVM ``hybridmq-export`` (its jar on ``spark.jars``)."""
 
+import logging
 import os
 import sys
 
 from pyspark.sql import SparkSession
 
 from hybridmq.spark.datasource import HybridMQDataSource
+from hybridmq.spark.jar import JarBuildError, ensure_jar
+
+log = logging.getLogger("hybridmq.spark")
 
 
 def build_session(
@@ -29,7 +34,13 @@ def build_session(
         .config("spark.sql.execution.arrow.maxRecordsPerBatch", "65536")
         .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
     )
-    for key, value in (extra or {}).items():
+    settings = dict(extra or {})
+    try:
+        jars = [settings.get("spark.jars", ""), str(ensure_jar())]
+        settings["spark.jars"] = ",".join(j for j in jars if j)
+    except JarBuildError as err:
+        log.warning("format('hybridmq-export') is unavailable: %s", err)
+    for key, value in settings.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel(log_level)

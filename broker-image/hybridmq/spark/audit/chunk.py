@@ -19,20 +19,15 @@ FIXED = "fixed"
 
 
 def _encode(column: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, pa.Array]:
-    """(codes as int64, dictionary) of a string or dictionary column (any number of chunks)."""
+    """(codes, dictionary) of a string or dictionary column (any number of chunks); the codes keep
+    the dictionary's index type (int32), callers widen them where they compute with them."""
     if isinstance(column, pa.ChunkedArray) and pa.types.is_dictionary(column.type) and column.num_chunks > 1:
         column = pa.table({"c": column}).unify_dictionaries().column("c")
     if isinstance(column, pa.ChunkedArray):
         column = column.combine_chunks()
     encoded = column if pa.types.is_dictionary(column.type) else pc.dictionary_encode(column)
     assert isinstance(encoded, pa.DictionaryArray)
-    return encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64), encoded.dictionary
-
-
-def _run_starts(keys: np.ndarray) -> np.ndarray:
-    if len(keys) == 0:
-        return np.zeros(0, dtype=np.int64)
-    return np.flatnonzero(np.concatenate(([True], keys[1:] != keys[:-1])))
+    return encoded.indices.to_numpy(zero_copy_only=False), encoded.dictionary
 
 
 def summarize(
@@ -71,23 +66,31 @@ def summarize(
             idx = np.argsort(offset, kind="stable")
             group, offset, seq = group[idx], offset[idx], seq[idx]
     else:
-        group = part_code * len(prod_names) + prod_code
+        group = part_code.astype(np.int64) * len(prod_names) + prod_code
         same_part = part_code[1:] == part_code[:-1]
         if not bool(np.all((part_code[1:] > part_code[:-1]) | (same_part & (offset[1:] > offset[:-1])))):
             idx = np.lexsort((offset, part_code))
             group, offset, seq = group[idx], offset[idx], seq[idx]
+    # Offsets are only needed where findings are sampled: look them up through the sort's
+    # permutation (``order``) instead of permuting the whole column.
+    order: np.ndarray | None = None
     if len(prod_names) > 1:
-        # A stable sort of small integers is a radix sort in numpy: O(n).
+        # A stable sort of small integers is a radix sort in numpy: O(n); narrow codes also make
+        # the passes below lighter.
         small = group.astype(np.int16) if group.max() < 2**15 else group
-        idx = np.argsort(small, kind="stable")
-        group, offset, seq = group[idx], offset[idx], seq[idx]
-    starts = _run_starts(group)
+        order = np.argsort(small, kind="stable")
+        group, seq = small[order], seq[order]
+
+    def off(pos: np.ndarray) -> np.ndarray:
+        return offset[pos] if order is None else offset[order[pos]]
+
+    same = group[1:] == group[:-1]
+    starts = np.flatnonzero(np.concatenate(([True], ~same)))
     ends = np.concatenate((starts[1:], [len(group)])) - 1
-    g_keys = group[starts]
+    g_keys = group[starts].astype(np.int64)
     g_part = g_keys // len(prod_names)
     g_prod = g_keys % len(prod_names)
 
-    same = group[1:] == group[:-1]
     step = seq[1:] - seq[:-1]
     backward = same & (step <= 0)
     if partition is not None:
@@ -119,22 +122,25 @@ def summarize(
     if order_bad.any():
         pos = np.flatnonzero(order_bad)[:max_samples]
         g_of = np.searchsorted(starts, pos + 1, side="right") - 1
-        emit("order", g_of, seq[pos], seq[pos + 1], np.ones(len(pos)), offset[pos], offset[pos + 1])
+        emit("order", g_of, seq[pos], seq[pos + 1], np.ones(len(pos)), off(pos), off(pos + 1))
     fixed_groups = np.flatnonzero(part_fixed[g_part])
     if len(fixed_groups):
         s, e = starts[fixed_groups], ends[fixed_groups]
-        emit("edge", fixed_groups, seq[s], seq[e], e - s + 1, offset[s], offset[e])
+        emit("edge", fixed_groups, seq[s], seq[e], e - s + 1, off(s), off(e))
 
-    # Sort each group by sequence (only if some group is not already increasing).
+    # Sort each group by sequence (only if some group is not already increasing). Increasing
+    # groups hold no duplicate: a duplicate is a step of 0, and every such step is backward.
+    has_dup = False
     if backward.any():
         idx = np.lexsort((seq, group))
-        seq_s, off_s = seq[idx], offset[idx]
+        seq_s, off_s = seq[idx], off(idx)
         step = seq_s[1:] - seq_s[:-1]
+        dup = same & (step == 0)
+        has_dup = bool(dup.any())
     else:
-        seq_s, off_s = seq, offset
-    dup = same & (step == 0)
-    dups_per_group = _per_group(dup, starts, ends)
-    if dup.any():
+        seq_s = seq
+    dups_per_group = _per_group(dup, starts, ends) if has_dup else np.zeros(len(starts), dtype=np.int64)
+    if has_dup:
         pos = np.flatnonzero(dup)[:max_samples]
         g_of = np.searchsorted(starts, pos + 1, side="right") - 1
         emit("dup", g_of, seq_s[pos + 1], seq_s[pos + 1], np.ones(len(pos)), off_s[pos], off_s[pos + 1])
@@ -149,9 +155,13 @@ def summarize(
     )
 
     # Runs of consecutive unique sequences per group.
-    keep = np.concatenate(([True], ~dup))
-    u_group, u_seq = group[keep], seq_s[keep]
-    brk = (u_group[1:] != u_group[:-1]) | (u_seq[1:] - u_seq[:-1] != 1)
+    if has_dup:
+        keep = np.concatenate(([True], ~dup))
+        u_group, u_seq = group[keep], seq_s[keep]
+        brk = (u_group[1:] != u_group[:-1]) | (u_seq[1:] - u_seq[:-1] != 1)
+    else:
+        u_group, u_seq = group, seq_s
+        brk = ~same | (step != 1)
     r_start = np.flatnonzero(np.concatenate(([True], brk)))
     r_end = np.concatenate((r_start[1:], [len(u_seq)])) - 1
     r_group = np.searchsorted(g_keys, u_group[r_start])
