@@ -132,3 +132,56 @@ async def test_hellos_beyond_the_queue_get_a_retriable_busy_error(tight_cluster:
     assert "too many authentications in progress, retry later" in str(busy)
     async with await Producer.connect(tight_cluster.bootstrap, **ALICE) as p:  # once it is quiet again
         await p.send("queue:alice.work", b"in")
+
+
+@pytest.fixture(scope="module")
+def tight_two_cms(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """2 CMs that each let one HELLO wait for a password check."""
+    d = tmp_path_factory.mktemp("tight2")
+    (d / "users").write_text("alice:alice-secret\n")
+    args = ["--auth-concurrency", "1", "--auth-max-waiting", "1", "--auth-failure-delay", "0"]
+    with LocalCluster(d / "run", mms=1, cms=2, credentials=d / "users", cm_args=args) as c:
+        yield c
+
+
+async def _wrong_hellos(port: int, stop: asyncio.Event) -> None:
+    """One flooder: wrong-password HELLOs to one CM, one after the other, until ``stop``."""
+    hello = msgpack.packb(
+        {"t": 1, "v": 1, "id": "flood", "user": "alice", "password": "wrong", "role": "client"}
+    )
+    while not stop.is_set():
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(struct.pack(">I", len(hello)) + hello)
+            await reader.read(1 << 16)  # the refusal, then EOF
+            writer.close()
+        except OSError:
+            await asyncio.sleep(0.01)
+
+
+async def test_a_busy_cm_sends_the_client_to_the_next_one(tight_two_cms: LocalCluster) -> None:
+    """AUTH_BUSY is retriable: with the first CM of its bootstrap list busy (its password checks
+    flooded), a legitimate client connects through the next CM."""
+    busy_cm, other_cm = tight_two_cms.bootstraps.split(",")
+    stop = asyncio.Event()
+    flood = [asyncio.create_task(_wrong_hellos(int(busy_cm.rpartition(":")[2]), stop)) for _ in range(12)]
+    try:
+        await asyncio.sleep(0.5)
+        refusals: list[int] = []  # the flooded CM alone: busy (the flood works)
+        for _ in range(5):
+            try:
+                async with await Producer.connect(busy_cm, **ALICE):
+                    pass
+            except ClientError as exc:
+                refusals.append(exc.code)
+        assert ErrorCode.AUTH_BUSY in refusals, refusals
+        nodes = []
+        for _ in range(5):
+            async with await Producer.connect(f"{busy_cm},{other_cm}", **ALICE) as p:
+                ack = await p.send("queue:alice.work", b"through the next CM")
+                assert ack.offset >= 0
+                nodes.append(p.node)
+        assert "cm-1" in nodes, nodes
+    finally:
+        stop.set()
+        await asyncio.gather(*flood)
