@@ -104,7 +104,7 @@ async def awaited_producer(bootstrap: str, messages: int, size: int, in_flight: 
 
     print(json.dumps({"start": time.time()}), flush=True)
     await asyncio.gather(*(worker(per_task + (i < extra)) for i in range(in_flight)))
-    print(json.dumps({"end": time.time()}), flush=True)
+    print(json.dumps({"end": time.time(), "cpu": time.process_time()}), flush=True)
     await producer.close()
 
 
@@ -114,7 +114,7 @@ async def awaited_consumer(bootstrap: str, messages: int, window: int, dest: str
     received = 0
     while received < messages:
         received += len(await consumer.receive_batch(timeout=120))
-    print(json.dumps({"end": time.time()}), flush=True)
+    print(json.dumps({"end": time.time(), "cpu": time.process_time()}), flush=True)
     await consumer.close()
 
 
@@ -131,7 +131,8 @@ def run_awaited(bootstrap: str, args: argparse.Namespace) -> dict[str, float]:
     out, _ = producer.communicate(timeout=600)
     lines = [json.loads(line) for line in out.splitlines()]
     start, sent = lines[0]["start"], lines[1]["end"]
-    end = json.loads(consumer.stdout.readline())["end"]
+    consumed = json.loads(consumer.stdout.readline())
+    end = consumed["end"]
     consumer.wait(60)
     if producer.returncode or consumer.returncode:
         raise SystemExit(f"producer exited {producer.returncode}, consumer {consumer.returncode}")
@@ -139,6 +140,9 @@ def run_awaited(bootstrap: str, args: argparse.Namespace) -> dict[str, float]:
         "msgs_per_s": args.messages / (end - start),
         "acked_msgs_per_s": args.messages / (sent - start),
         "elapsed_s": end - start,
+        # CPU per message, less sensitive than the rates to other work on the machine
+        "producer_cpu_us_per_msg": lines[1]["cpu"] / args.messages * 1e6,
+        "consumer_cpu_us_per_msg": consumed["cpu"] / args.messages * 1e6,
     }
 
 

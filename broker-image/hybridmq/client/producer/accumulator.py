@@ -44,7 +44,7 @@ class Accumulator:
         self.buffered = 0  # bytes in open batches
         self._dispatch = dispatch
         self._idle = idle
-        self._open: dict[tuple[str, int], Batch] = {}
+        self._open: dict[str | tuple[str, int], Batch] = {}
         self._timer: asyncio.Handle | None = None
 
     def append(
@@ -59,7 +59,7 @@ class Accumulator:
                 f"record of {size} bytes > {MAX_RECORD_BYTES}: use send_stream for very large messages"
             )
         ts = int(_time() * 1000)
-        k = (dest, ttl_ms)
+        k = (dest, ttl_ms) if ttl_ms else dest  # no tuple to build and hash for the usual case
         batch = self._open.get(k)
         if batch is None:
             batch = Batch(dest, ts + ttl_ms if ttl_ms else 0)
@@ -85,7 +85,7 @@ class Accumulator:
         for k in list(self._open):
             self._close(k)
 
-    def _close(self, k: tuple[str, int]) -> None:
+    def _close(self, k: str | tuple[str, int]) -> None:
         batch = self._open.pop(k)
         if not self._open and self._timer is not None:
             self._timer.cancel()
