@@ -18,6 +18,7 @@ from typing import Any
 from hybridmq.api.assignment import BrokerEntry
 from hybridmq.api.frames import PROTOCOL_VERSION, ErrorCode, FrameType
 from hybridmq.broker.protocol import Connection, RemoteError, open_connection
+from hybridmq.broker.protocol.connection import ConnectionClosed
 from hybridmq.client.distribution import NoBrokerAvailable, Strategy, connect_with_failover
 
 
@@ -91,6 +92,8 @@ async def connect(
                 )
             except RemoteError as exc:
                 raise _refusal(exc) from None
+            except ConnectionClosed as exc:  # gone during the handshake: the next CM
+                raise ConnectionError(f"{address}: {exc}") from None
 
         try:
             _, result = await connect_with_failover(strategy, attempt)
@@ -109,8 +112,8 @@ async def connect(
             if not isinstance(refusal, _Busy):
                 raise refusal from None
             busy = refusal.error
-        except (OSError, TimeoutError, asyncio.IncompleteReadError, ConnectionError) as exc:
-            last = exc
+        except (OSError, TimeoutError, asyncio.IncompleteReadError, ConnectionError, ConnectionClosed) as exc:
+            last = exc  # unreachable, or gone during the handshake: the next CM
     if busy is not None:
         raise busy  # the others were unreachable: the retriable refusal says more
     raise ConnectionError(f"no CM reachable in {bootstrap}: {last}")

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypedDict
 
 from hybridmq.api.frames import ErrorCode, FrameType
-from hybridmq.broker.protocol import Connection, RemoteError
+from hybridmq.broker.protocol import Connection
 from hybridmq.client.connection import ClientError, connect
 from hybridmq.client.directory import make_strategy
 from hybridmq.client.distribution import Strategy
@@ -149,42 +149,51 @@ class Session:
 
     async def _reconnect(self, lost: Connection) -> None:
         assert self._owner is not None
+        restored = False
         try:
-            peer = lost.peer
-            if self.options.strategy is not None and isinstance(peer, tuple) and len(peer) >= 2:
-                with contextlib.suppress(Exception):
-                    await self.options.strategy.failed(f"{peer[0]}:{peer[1]}")  # try it last
-            deadline = time.monotonic() + self.options.give_up_after_s
-            delay = 0.02
-            while not self.closing:
-                try:
-                    conn, hello = await self._connect(self.options)
-                except ClientError as exc:
-                    if exc.code != ErrorCode.AUTH_BUSY:
-                        self.error = exc  # refused for good (credentials): no point retrying
-                        break
-                    why: BaseException = exc
-                except (OSError, ConnectionError, TimeoutError) as exc:
-                    why = exc
-                else:
-                    if await self._restore(conn, hello):
-                        return
-                    why = ConnectionError(f"could not restore the session on {hello.get('node')}")
-                if time.monotonic() > deadline:
-                    log.warning("giving up reconnecting: %s", why)
-                    break
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 0.5)
-        finally:
+            restored = await self._reconnect_until_given_up(lost)
+        except Exception:
+            log.exception("reconnecting failed")
+        if restored:
+            return  # (``_restore`` handed over; a loss since then started its own reconnection)
+        if self._reconnect_task is asyncio.current_task():
             self._reconnect_task = None
         self._owner.lost()  # ended: the owner fails what waits for a connection
+
+    async def _reconnect_until_given_up(self, lost: Connection) -> bool:
+        peer = lost.peer
+        if self.options.strategy is not None and isinstance(peer, tuple) and len(peer) >= 2:
+            with contextlib.suppress(Exception):
+                await self.options.strategy.failed(f"{peer[0]}:{peer[1]}")  # try it last
+        deadline = time.monotonic() + self.options.give_up_after_s
+        delay = 0.02
+        while not self.closing:
+            try:
+                conn, hello = await self._connect(self.options)
+            except ClientError as exc:
+                if exc.code != ErrorCode.AUTH_BUSY:
+                    self.error = exc  # refused for good (credentials): no point retrying
+                    return False
+                why: BaseException = exc
+            except Exception as exc:  # unreachable, or gone during the handshake: try again
+                why = exc
+            else:
+                if await self._restore(conn, hello):
+                    return True
+                why = ConnectionError(f"could not restore the session on {hello.get('node')}")
+            if time.monotonic() > deadline:
+                log.warning("giving up reconnecting: %s", why)
+                return False
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.5)
+        return False
 
     async def _restore(self, conn: Connection, hello: dict[str, Any]) -> bool:
         assert self._owner is not None
         runner = asyncio.create_task(conn.run(self._on_frame))
         try:
             await self._owner.restore(conn)
-        except (RemoteError, ConnectionError, TimeoutError) as exc:
+        except Exception as exc:  # refused, or the connection went away meanwhile
             log.warning("restoring the session on %s failed: %s", hello.get("node"), exc)
             conn.close()
             runner.cancel()
