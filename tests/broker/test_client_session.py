@@ -57,3 +57,17 @@ async def test_a_cm_hanging_up_in_the_handshake_is_skipped(two_cms: LocalCluster
     got = [await consumer.receive(timeout=10) for _ in range(2)]
     assert [m.value for m in got if isinstance(m, Message)] == [b"first", b"second"]
     await consumer.close()
+
+
+async def test_awaited_sends_cost_no_task_of_their_own(cluster: LocalCluster) -> None:
+    """1,000 sends awaited at once: the producer adds (almost) no tasks to the application's 1,000,
+    and every send gets its own offset."""
+    async with await Producer.connect(cluster.bootstrap, partition_type="fixed", key="cost") as p:
+        before = len(asyncio.all_tasks())
+        sends = [asyncio.create_task(p.send("topic:cost", b"%d" % i)) for i in range(1000)]
+        await asyncio.sleep(0)  # every send has appended its record and waits for its batch
+        added = len(asyncio.all_tasks()) - before - len(sends)
+        acks = await asyncio.gather(*sends)
+    assert added <= 2, added
+    offsets = sorted(a.offset for a in acks)
+    assert offsets == list(range(offsets[0], offsets[0] + 1000)), offsets[:5]
