@@ -139,7 +139,7 @@ def tight_two_cms(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClu
     """2 CMs that each let one HELLO wait for a password check; user ``slow`` has a stored hash of
     so many PBKDF2 iterations that checking any password for it takes seconds."""
     d = tmp_path_factory.mktemp("tight2")
-    (d / "users").write_text("alice:alice-secret\nslow:pbkdf2$5000000$00$00\n")
+    (d / "users").write_text("alice:alice-secret\nbob:bob-secret\nslow:pbkdf2$5000000$00$00\n")
     args = ["--auth-concurrency", "1", "--auth-max-waiting", "1", "--auth-failure-delay", "0"]
     with LocalCluster(d / "run", mms=1, cms=2, credentials=d / "users", cm_args=args) as c:
         yield c
@@ -176,3 +176,24 @@ async def test_a_busy_cm_sends_the_client_to_the_next_one(tight_two_cms: LocalCl
         assert ack.offset >= 0
     finally:
         slow.close()
+
+
+async def test_a_session_reconnecting_to_a_busy_cm_retries_it(tight_two_cms: LocalCluster) -> None:
+    """The producer's CM dies while the only other CM is busy: the session keeps retrying (AUTH_BUSY
+    is not a refusal for good) and carries on there once a password-check slot is free."""
+    cm0, cm1 = tight_two_cms.bootstraps.split(",")
+    producer = await Producer.connect(f"{cm1},{cm0}", user="bob", password="bob-secret")
+    assert producer.node == "cm-1"
+    slow, _ = await _hello(cm0, "slow", "anything")  # holds cm-0's only slot for seconds
+    try:
+        await asyncio.sleep(0.3)
+        writer, reader = await _hello(cm0, "bob", "bob-secret")
+        answer = await _answer(reader)
+        writer.close()
+        assert answer.get("code") == ErrorCode.AUTH_BUSY, answer  # cm-0: busy now
+        tight_two_cms.kill_cm("cm-1")
+        ack = await asyncio.wait_for(producer.send("queue:bob.work", b"after the failover"), 60)
+    finally:
+        slow.close()
+    assert ack.offset >= 0 and (producer.node, producer.reconnects) == ("cm-0", 1)
+    await producer.close()
