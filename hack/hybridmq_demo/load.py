@@ -184,9 +184,7 @@ class LoadRunner:
             return producer
 
     async def _reopen(self, spec: ProducerSpec, old: Producer, why: str) -> Producer:
-        with contextlib.suppress(Exception):
-            old.conn.close()
-            old._runner.cancel()
+        old.abort()
         same = old.partition if spec.type == FIXED else None
         producer = await self._open_producer(spec, partition=same, first=False)
         self.tracker.note(

@@ -1,9 +1,9 @@
 """The chaos run's load: producers, consumers and large streamed messages, each recording what it saw.
 
-Only the public client library: ``FailoverProducer`` (what an application that must survive a CM
-loss uses), plain ``Consumer`` with manual acks (so that every delivery the broker makes is seen
-and recorded; the failover consumer would drop repeats before the application sees them) that
-reconnects itself when its CM goes away, ``Fetcher`` for the final read of every partition.
+Only the public client library: ``Producer`` (it survives a CM loss), ``Consumer`` with manual
+acks and ``reconnect=False`` (so that every delivery the broker makes is seen and recorded; a
+reconnecting consumer drops repeats before the application sees them) that opens a new session
+itself when its CM goes away, ``Fetcher`` for the final read of every partition.
 """
 
 from __future__ import annotations
@@ -17,9 +17,8 @@ from collections.abc import Awaitable, Callable, Iterator
 from adv_checker import Delivery, History, LargeReceipt, Sent, Stored, payload_id
 
 from hybridmq.api.frames import ErrorCode
-from hybridmq.client import ClientError, Consumer, Fetcher
+from hybridmq.client import ClientError, Consumer, Fetcher, Producer
 from hybridmq.client.consumer import StreamMessage
-from hybridmq.client.failover import FailoverProducer
 
 MARK = b"adv|"
 CHUNK = 256 * 1024
@@ -61,7 +60,7 @@ async def produce(
         me = f"{name}.{generation}"
         generation += 1
         try:
-            p = await FailoverProducer.open(
+            p = await Producer.connect(
                 bootstrap,
                 partition_type="fixed" if fixed else "on-demand",
                 key=name if fixed else None,
@@ -74,7 +73,7 @@ async def produce(
         pending: set[asyncio.Task[None]] = set()
         failed = asyncio.Event()
 
-        async def one(p: FailoverProducer, me: str, n: int, failed: asyncio.Event) -> None:
+        async def one(p: Producer, me: str, n: int, failed: asyncio.Event) -> None:
             try:
                 await p.send(dest, encode(me, n))
             except Exception:
@@ -164,7 +163,9 @@ async def consume(
                     )
 
     await _reconnecting(
-        lambda: Consumer.connect(bootstrap, dest, durable=durable, auto_ack=False, window=window),
+        lambda: Consumer.connect(
+            bootstrap, dest, durable=durable, auto_ack=False, window=window, reconnect=False
+        ),
         session,
         stop,
     )
@@ -186,7 +187,7 @@ async def produce_large(
     n = 0
     while not stop.is_set():
         try:
-            p = await FailoverProducer.open(
+            p = await Producer.connect(
                 bootstrap, partition_type="fixed", key="large", delivery_timeout=60.0, give_up_after_s=60.0
             )
         except LOST_CONNECTION:
@@ -243,7 +244,9 @@ async def consume_large(h: History, bootstrap: str, dest: str, stop: asyncio.Eve
                 h.large_receipts.append(LargeReceipt(str(mid), digest.hexdigest(), size))
 
     await _reconnecting(
-        lambda: Consumer.connect(bootstrap, dest, window=64, window_bytes=8 * CHUNK), session, stop
+        lambda: Consumer.connect(bootstrap, dest, window=64, window_bytes=8 * CHUNK, reconnect=False),
+        session,
+        stop,
     )
 
 

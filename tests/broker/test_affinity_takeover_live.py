@@ -10,8 +10,8 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from hybridmq.client import Producer
 from hybridmq.client.affinity_group import AffinityMember, adopter
-from hybridmq.client.failover import FailoverProducer
 from hybridmq.client.message import Message
 from hybridmq.local.runner import LocalCluster
 
@@ -29,7 +29,7 @@ def cluster2(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]
         yield c
 
 
-async def produce(p: FailoverProducer, keys: list[str]) -> None:
+async def produce(p: Producer, keys: list[str]) -> None:
     futs = []
     for seq in range(PER_KEY):
         for k in keys:
@@ -69,7 +69,7 @@ async def test_affinity_takeover_under_load(cluster2: LocalCluster) -> None:
     }
     keys = [[f"s{i}-{j}" for j in range(KEYS_PER_PRODUCER)] for i in range(PRODUCERS)]
     producers = [
-        await FailoverProducer.open(cluster2.bootstraps, partition_type="fixed", key=f"prod-{i}")
+        await Producer.connect(cluster2.bootstraps, partition_type="fixed", key=f"prod-{i}")
         for i in range(PRODUCERS)
     ]
     all_keys = [k for ks in keys for k in ks]

@@ -132,3 +132,68 @@ async def test_hellos_beyond_the_queue_get_a_retriable_busy_error(tight_cluster:
     assert "too many authentications in progress, retry later" in str(busy)
     async with await Producer.connect(tight_cluster.bootstrap, **ALICE) as p:  # once it is quiet again
         await p.send("queue:alice.work", b"in")
+
+
+@pytest.fixture(scope="module")
+def tight_two_cms(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """2 CMs that each let one HELLO wait for a password check; user ``slow`` has a stored hash of
+    so many PBKDF2 iterations that checking any password for it takes seconds."""
+    d = tmp_path_factory.mktemp("tight2")
+    (d / "users").write_text("alice:alice-secret\nbob:bob-secret\nslow:pbkdf2$5000000$00$00\n")
+    args = ["--auth-concurrency", "1", "--auth-max-waiting", "1", "--auth-failure-delay", "0"]
+    with LocalCluster(d / "run", mms=1, cms=2, credentials=d / "users", cm_args=args) as c:
+        yield c
+
+
+async def _hello(address: str, user: str, password: str) -> tuple[asyncio.StreamWriter, asyncio.StreamReader]:
+    host, _, port = address.rpartition(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    hello = msgpack.packb({"t": 1, "v": 1, "id": user, "user": user, "password": password, "role": "client"})
+    writer.write(struct.pack(">I", len(hello)) + hello)
+    await writer.drain()
+    return writer, reader
+
+
+async def _answer(reader: asyncio.StreamReader) -> dict[str, object]:
+    (size,) = struct.unpack(">I", await asyncio.wait_for(reader.readexactly(4), 10))
+    return dict(msgpack.unpackb(await reader.readexactly(size)))
+
+
+async def test_a_busy_cm_sends_the_client_to_the_next_one(tight_two_cms: LocalCluster) -> None:
+    """AUTH_BUSY is retriable: while the first CM of its bootstrap list has its one password-check
+    slot taken, a legitimate client connects through the next CM."""
+    busy_cm, other_cm = tight_two_cms.bootstraps.split(",")
+    slow, _ = await _hello(busy_cm, "slow", "anything")  # holds cm-0's only slot for seconds
+    try:
+        await asyncio.sleep(0.3)
+        writer, reader = await _hello(busy_cm, "alice", "alice-secret")
+        answer = await _answer(reader)
+        writer.close()
+        assert answer.get("code") == ErrorCode.AUTH_BUSY, answer  # cm-0 alone: busy
+        async with await Producer.connect(f"{busy_cm},{other_cm}", **ALICE) as p:
+            assert p.node == "cm-1"
+            ack = await p.send("queue:alice.work", b"through the next CM")
+        assert ack.offset >= 0
+    finally:
+        slow.close()
+
+
+async def test_a_session_reconnecting_to_a_busy_cm_retries_it(tight_two_cms: LocalCluster) -> None:
+    """The producer's CM dies while the only other CM is busy: the session keeps retrying (AUTH_BUSY
+    is not a refusal for good) and carries on there once a password-check slot is free."""
+    cm0, cm1 = tight_two_cms.bootstraps.split(",")
+    producer = await Producer.connect(f"{cm1},{cm0}", user="bob", password="bob-secret")
+    assert producer.node == "cm-1"
+    slow, _ = await _hello(cm0, "slow", "anything")  # holds cm-0's only slot for seconds
+    try:
+        await asyncio.sleep(0.3)
+        writer, reader = await _hello(cm0, "bob", "bob-secret")
+        answer = await _answer(reader)
+        writer.close()
+        assert answer.get("code") == ErrorCode.AUTH_BUSY, answer  # cm-0: busy now
+        tight_two_cms.kill_cm("cm-1")
+        ack = await asyncio.wait_for(producer.send("queue:bob.work", b"after the failover"), 60)
+    finally:
+        slow.close()
+    assert ack.offset >= 0 and (producer.node, producer.reconnects) == ("cm-0", 1)
+    await producer.close()

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from hybridmq.client import Consumer, Producer
 from hybridmq.client.directory import make_strategy
-from hybridmq.client.failover import FailoverConsumer, FailoverProducer
 from hybridmq.client.message import Ack, Message
 from hybridmq.local.runner import LocalCluster
 
@@ -26,7 +26,7 @@ def cms3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         yield c
 
 
-async def produce(p: FailoverProducer, i: int, acks: list[Ack], stop_at: int) -> None:
+async def produce(p: Producer, i: int, acks: list[Ack], stop_at: int) -> None:
     futs = []
     for j in range(stop_at):
         futs.append(asyncio.ensure_future(p.send(TOPIC, f"{i}-{j}".encode(), key=f"p{i}")))
@@ -35,7 +35,7 @@ async def produce(p: FailoverProducer, i: int, acks: list[Ack], stop_at: int) ->
     acks.extend(await asyncio.gather(*futs))
 
 
-async def collect(c: FailoverConsumer, out: list[str], expected: int, timeout_s: float, slow: bool) -> None:
+async def collect(c: Consumer, out: list[str], expected: int, timeout_s: float, slow: bool) -> None:
     deadline = time.monotonic() + timeout_s
     while len(out) < expected and time.monotonic() < deadline:
         try:
@@ -48,7 +48,7 @@ async def collect(c: FailoverConsumer, out: list[str], expected: int, timeout_s:
             await asyncio.sleep(0.03)  # lags behind: deliveries in flight when its CM dies
 
 
-async def wait_moved(client: FailoverProducer | FailoverConsumer, dead: str, t0: float) -> float:
+async def wait_moved(client: Producer | Consumer, dead: str, t0: float) -> float:
     while client.node == dead or client.reconnects == 0:
         await asyncio.sleep(0.005)
         assert time.monotonic() - t0 < 10, "client never reconnected"
@@ -59,16 +59,16 @@ async def test_kill_cm_under_load(cms3: LocalCluster) -> None:
     # one de-centralized strategy for the process: clients go round-robin over the 3 CMs
     rr = make_strategy(cms3.bootstraps, "round-robin")
     consumers = [
-        await FailoverConsumer.open(cms3.bootstraps, TOPIC, durable=f"fo-{k}", strategy=rr) for k in range(3)
+        await Consumer.connect(cms3.bootstraps, TOPIC, durable=f"fo-{k}", strategy=rr) for k in range(3)
     ]
     producers = [
-        await FailoverProducer.open(cms3.bootstraps, strategy=rr, partition_type="fixed", key=f"p{i}")
+        await Producer.connect(cms3.bootstraps, strategy=rr, partition_type="fixed", key=f"p{i}")
         for i in range(PRODUCERS)
     ]
-    clients: list[FailoverProducer | FailoverConsumer] = [*consumers, *producers]
+    clients: list[Producer | Consumer] = [*consumers, *producers]
     victim = consumers[0].node
     on_victim = [c for c in clients if c.node == victim]
-    assert {type(c) for c in on_victim} == {FailoverProducer, FailoverConsumer}
+    assert {type(c) for c in on_victim} == {Producer, Consumer}
     total = PRODUCERS * PER_PRODUCER
     received: list[list[str]] = [[] for _ in consumers]
     readers = [
@@ -107,8 +107,8 @@ async def test_hung_cm_is_left_by_keepalive(cms3: LocalCluster) -> None:
     """A stopped CM (SIGSTOP: sockets stay open) is detected by the keepalive PING and left."""
     rr = make_strategy(cms3.bootstraps, "round-robin")
     opts = {"strategy": rr, "keepalive_s": 0.3, "keepalive_timeout_s": 1.0}
-    consumer = await FailoverConsumer.open(cms3.bootstraps, "topic:fo.hung", durable="hung", **opts)  # type: ignore[arg-type]
-    producer = await FailoverProducer.open(cms3.bootstraps, partition_type="fixed", key="h", **opts)
+    consumer = await Consumer.connect(cms3.bootstraps, "topic:fo.hung", durable="hung", **opts)  # type: ignore[arg-type]
+    producer = await Producer.connect(cms3.bootstraps, partition_type="fixed", key="h", **opts)
     victim = consumer.node
     got: list[str] = []
     reader = asyncio.ensure_future(collect(consumer, got, 400, 30, slow=False))
@@ -129,7 +129,7 @@ async def test_hung_cm_is_left_by_keepalive(cms3: LocalCluster) -> None:
     await consumer.close()
 
 
-async def produce_n(p: FailoverProducer, n: int) -> None:
+async def produce_n(p: Producer, n: int) -> None:
     futs = []
     for j in range(n):
         futs.append(asyncio.ensure_future(p.send("topic:fo.hung", f"h-{j}".encode(), key="h")))

@@ -283,7 +283,7 @@ async def test_stream_of_a_crashed_consumer_restarts_at_its_first_chunk(tmp_path
             if read == 3:
                 break
         await asyncio.sleep(0.5)  # the acknowledgements of those chunks reach the broker
-        first.conn.close()  # the consumer dies: no unsubscribe, the rest never acknowledged
+        first.abort()  # the consumer dies: no unsubscribe, the rest never acknowledged
 
         second = await Consumer.connect(cluster.bootstrap, "queue:crash")
         again = await second.receive(timeout=30)

@@ -116,3 +116,26 @@ async def test_deliveries_of_a_closed_connection_are_not_handed_out(cluster: Rep
     assert not bad, f"{len(bad)} messages delivered again without the redelivered flag: {bad[:3]}"
     await fast.close()
     await slow.close()
+
+
+async def test_a_reconnected_consumer_hands_out_nothing_its_lost_connection_delivered(
+    cluster: ReplicatedLocalCluster,
+) -> None:
+    """The slow consumer's CM dies and it fails over to the other CM: the deliveries its client
+    still held came through the dead connection, were given back and go to the others again."""
+    fixed = cluster.table()["local-fixed-0"]
+    await _produce(cluster, fixed.name)
+    cm0, cm1 = cluster.bootstraps.split(",")
+    slow, slow_got = await _slow_consumer(f"{cm0},{cm1}")
+    fast = await Consumer.connect(cm1, QUEUE, auto_ack=False)  # nothing left for it, yet
+    cluster.kill_cm("cm-0", signal.SIGKILL)
+    await until(lambda: slow.reconnects >= 1, 20, "the consumer's failover to the other CM")
+    fast_got: list[Received] = []
+    await _drain(fast, fast_got, quiet_s=3.0)
+    await _drain(slow, slow_got, quiet_s=1.0)  # its application goes on after the failover
+    assert slow.reconnects == 1 and slow.node == "cm-1", (slow.reconnects, slow.node)
+    assert len({r[1] for r in slow_got + fast_got}) == COUNT, "every message was received"
+    bad = unflagged_repeats(slow_got, fast_got)
+    assert not bad, f"{len(bad)} messages delivered again without the redelivered flag: {bad[:3]}"
+    await fast.close()
+    await slow.close()

@@ -11,7 +11,7 @@ from hybridmq.client.affinity import MARKER_HEADER
 from hybridmq.client.affinity_group import Leases, adopter
 from hybridmq.client.directory import make_strategy
 from hybridmq.client.distribution import Centralized, RoundRobin
-from hybridmq.client.failover import SeenIds
+from hybridmq.client.redelivery import SeenIds
 
 
 def cm(name: str, ready: bool = True) -> BrokerEntry:

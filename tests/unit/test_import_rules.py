@@ -51,7 +51,7 @@ NO_OPERATOR = "nothing the broker image carries imports the operator"
     ("module", "line", "broken"),
     [
         ("api/frames.py", "import hybridmq.protocol", {API}),
-        ("client/producer.py", "from hybridmq.broker.log import config", {CLIENT}),
+        ("client/producer/accumulator.py", "from hybridmq.broker.log import config", {CLIENT}),
         ("local/controller.py", "from hybridmq_operator import names", {NO_OPERATOR}),
         ("planner/plan.py", "import kubernetes", {PLANNER}),
         # The broker imports the protocol, so it now reaches the client too (the rule is transitive).

@@ -1,5 +1,9 @@
 """HybridMQ client: asyncio ``Producer`` / ``Consumer`` and blocking wrappers.
 
+Each producer and consumer runs on a session (``client/session.py``): CM distribution, keepalive,
+and CM failover - it reconnects to another CM and recreates its state (``reconnect=False`` turns
+that off).
+
     async with await Producer.connect("127.0.0.1:7000", partition_type="fixed", key="k") as p:
         ack = await p.send("queue:orders", b"hello")        # Ack(partition, offset)
     async with await Consumer.connect("127.0.0.1:7000", "queue:orders") as c:

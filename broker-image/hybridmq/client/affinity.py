@@ -23,7 +23,7 @@ messages come from one producer and therefore one partition, which is consumed i
 
 The module does no I/O: the consumer feeds it messages and performs the :class:`Action` it returns.
 The group API that drives it over real connections (leases, takeover) is
-:class:`hybridmq.client.affinity_group.AffinityMember`, also importable from here.
+:class:`hybridmq.client.affinity_group.AffinityMember`.
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
 
 MARKER_HEADER = "hybridmq-affinity-marker"
 
@@ -150,12 +149,3 @@ class Ownership:
 
     def adopt(self, dead: str, survivor: str) -> Ownership:
         return Ownership(self.members, {**self.adopted_by, dead: survivor})
-
-
-def __getattr__(name: str) -> Any:
-    """``AffinityMember``, ``Leases`` and ``adopter`` live in ``affinity_group`` (it imports us)."""
-    if name in ("AffinityMember", "Leases", "adopter"):
-        from hybridmq.client import affinity_group
-
-        return getattr(affinity_group, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -9,7 +9,7 @@ Membership lease: each member publishes a heartbeat to ``topic:G.members`` every
 follows everyone's heartbeats; a member whose last heartbeat is older than ``lease_s`` is declared
 dead (for good: a restarted instance joins under a new member name). Heartbeats go through the
 brokers like any message, so the lease works whichever CM each member uses and survives a CM
-failover (members use ``FailoverProducer`` / ``FailoverConsumer``). Every survivor computes the same
+failover (members' ``Producer`` / ``Consumer`` sessions reconnect). Every survivor computes the same
 adopter for a dead member (rendezvous hash over the live members), and the adopter takes over with
 the marker protocol, driven by ``affinity.Takeover``:
 
@@ -41,9 +41,9 @@ from typing import Any
 
 from hybridmq.api.frames import FrameType
 from hybridmq.client.affinity import MARKER_HEADER, Action, AffinityMessage, Ownership, Takeover
-from hybridmq.client.consumer import StreamMessage
-from hybridmq.client.failover import FailoverConsumer, FailoverProducer
+from hybridmq.client.consumer import Consumer, StreamMessage
 from hybridmq.client.message import Message
+from hybridmq.client.producer import Producer
 
 log = logging.getLogger(__name__)
 
@@ -128,10 +128,10 @@ class AffinityMember:
         self.processed = 0
         self._pending: asyncio.Queue[str] = asyncio.Queue()
         self._tasks: list[asyncio.Task[None]] = []
-        self._own: FailoverConsumer | None = None
-        self._hb_in: FailoverConsumer | None = None
-        self._hb_out: FailoverProducer | None = None
-        self._clients: list[FailoverConsumer | FailoverProducer] = []
+        self._own: Consumer | None = None
+        self._hb_in: Consumer | None = None
+        self._hb_out: Producer | None = None
+        self._clients: list[Consumer | Producer] = []
 
     def durable(self, member: str) -> str:
         return f"{self.group}.{member}"
@@ -144,7 +144,7 @@ class AffinityMember:
     async def start(self) -> AffinityMember:
         self._own = await self._consumer(self.topic, self.durable(self.member))
         self._hb_in = await self._consumer(self.members_topic, None)
-        self._hb_out = await FailoverProducer.open(self.bootstrap, **self.options)
+        self._hb_out = await Producer.connect(self.bootstrap, **self.options)
         self._clients += [self._own, self._hb_in, self._hb_out]
         loop = asyncio.get_running_loop()
         self._tasks = [
@@ -154,8 +154,8 @@ class AffinityMember:
         ]
         return self
 
-    async def _consumer(self, topic: str, durable: str | None) -> FailoverConsumer:
-        return await FailoverConsumer.open(
+    async def _consumer(self, topic: str, durable: str | None) -> Consumer:
+        return await Consumer.connect(
             self.bootstrap, topic, durable=durable, auto_ack=False, window=2000, **self.options
         )
 
@@ -171,11 +171,7 @@ class AffinityMember:
             # Bounded: on Python 3.11 a cancel can be swallowed inside wait_for; never hang here.
             await asyncio.wait(self._tasks, timeout=5.0)
         for c in self._clients:
-            c._closing = True
-            if c._keepalive is not None:
-                c._keepalive.cancel()
-            c.conn.close()
-            c._runner.cancel()
+            c.abort()
 
     # -- membership ------------------------------------------------------------------------------
     async def _heartbeats(self) -> None:
@@ -207,7 +203,7 @@ class AffinityMember:
     def _owns(self, key: str | None) -> bool:
         return self.ownership.owner(key) == self.member
 
-    async def _handle(self, consumer: FailoverConsumer, msg: Message, action: Action) -> None:
+    async def _handle(self, consumer: Consumer, msg: Message, action: Action) -> None:
         if action is Action.PROCESS:
             result = self.handler(msg)
             if inspect.isawaitable(result):

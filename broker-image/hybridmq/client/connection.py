@@ -3,7 +3,8 @@
 Without a ``strategy`` the bootstrap addresses are tried in order. With one (``distribution.
 RoundRobin(directory_fetcher(bootstrap))`` or ``Centralized``) the CM is chosen by it and
 ``connect_with_failover`` moves on to the next CM until one accepts. Authentication errors are not
-connection failures: they are raised at once.
+connection failures: they are raised at once, except ``AUTH_BUSY`` (the CM has too many password
+checks waiting): the next CM is tried, and ``AUTH_BUSY`` is raised only when every one was busy.
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ from typing import Any
 
 from hybridmq.api.assignment import BrokerEntry
 from hybridmq.api.frames import PROTOCOL_VERSION, ErrorCode, FrameType
-from hybridmq.client.distribution import Strategy, connect_with_failover
+from hybridmq.client.distribution import NoBrokerAvailable, Strategy, connect_with_failover
 from hybridmq.protocol import Connection, RemoteError, open_connection
+from hybridmq.protocol.connection import ConnectionClosed
 
 
 class ClientError(Exception):
@@ -28,6 +30,19 @@ class ClientError(Exception):
         super().__init__(f"{name}: {msg}")
         self.code = code
         self.msg = msg
+
+
+class _Busy(ConnectionError):
+    """A CM answered AUTH_BUSY: a connection failure for the distribution (try the next CM)."""
+
+    def __init__(self, error: ClientError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _refusal(exc: RemoteError) -> ClientError | _Busy:
+    error = ClientError(exc.code, exc.msg)
+    return _Busy(error) if exc.code == ErrorCode.AUTH_BUSY else error
 
 
 def parse_bootstrap(bootstrap: str | list[str]) -> list[tuple[str, int]]:
@@ -76,18 +91,31 @@ async def connect(
                     open_connection(host, port, dict(hello), name="client"), timeout
                 )
             except RemoteError as exc:
-                raise ClientError(exc.code, exc.msg) from None
+                raise _refusal(exc) from None
+            except ConnectionClosed as exc:  # gone during the handshake: the next CM
+                raise ConnectionError(f"{address}: {exc}") from None
 
-        _, result = await connect_with_failover(strategy, attempt)
+        try:
+            _, result = await connect_with_failover(strategy, attempt)
+        except NoBrokerAvailable as exc:
+            if exc.attempts and all(ErrorCode.AUTH_BUSY.name in why for _, why in exc.attempts):
+                raise ClientError(ErrorCode.AUTH_BUSY, f"every CM was busy: {exc}") from None
+            raise
         return result
     last: Exception | None = None
+    busy: ClientError | None = None
     for host, port in parse_bootstrap(bootstrap):
         try:
             return await asyncio.wait_for(open_connection(host, port, dict(hello), name="client"), timeout)
         except RemoteError as exc:
-            raise ClientError(exc.code, exc.msg) from None
-        except (OSError, TimeoutError, asyncio.IncompleteReadError, ConnectionError) as exc:
-            last = exc
+            refusal = _refusal(exc)
+            if not isinstance(refusal, _Busy):
+                raise refusal from None
+            busy = refusal.error
+        except (OSError, TimeoutError, asyncio.IncompleteReadError, ConnectionError, ConnectionClosed) as exc:
+            last = exc  # unreachable, or gone during the handshake: the next CM
+    if busy is not None:
+        raise busy  # the others were unreachable: the retriable refusal says more
     raise ConnectionError(f"no CM reachable in {bootstrap}: {last}")
 
 

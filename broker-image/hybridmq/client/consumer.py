@@ -26,16 +26,19 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import time
 import zlib
 from collections import deque
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, Unpack
 
 from hybridmq.api.frames import BatchFlag, ErrorCode, FrameType
-from hybridmq.client.connection import ClientError, connect
-from hybridmq.client.distribution import Strategy
+from hybridmq.client.connection import ClientError
 from hybridmq.client.message import Message, unpack_records
+from hybridmq.client.redelivery import HandedOut
+from hybridmq.client.session import Session, SessionArgs, SessionClient, SessionOptions
 from hybridmq.protocol import Connection, RemoteError
+from hybridmq.protocol.connection import ConnectionClosed
 
 _sub_ids = itertools.count(1)
 
@@ -97,12 +100,12 @@ class StreamMessage:
                 raise
 
 
-class Consumer:
-    def __init__(self, conn: Connection, runner: asyncio.Task[None], sub: int, auto_ack: bool) -> None:
-        self.conn = conn
-        self.sub = sub
+class Consumer(SessionClient):
+    def __init__(self, session: Session, subscribe: dict[str, Any], auto_ack: bool, seen_ids: int) -> None:
+        self.session = session
+        self.sub = int(subscribe["s"])
         self.auto_ack = auto_ack
-        self._runner = runner
+        self._subscribe = subscribe
         self._frames: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
         self._stash: deque[dict[str, Any]] = deque()
         self._current: deque[Message] = deque()
@@ -116,8 +119,11 @@ class Consumer:
         self.acks_refused = 0
         self.error: BaseException | None = None
         self._revoked: dict[str, int] = {}  # partition -> epoch its older deliveries are void below
-        conn.handler = self._on_frame
-        conn.on_close.append(lambda: self._frames.put_nowait(None))
+        # What the application got; after a reconnection its redeliveries are dropped (and acked).
+        self._handed = HandedOut(not str(subscribe["d"]).startswith("queue:"), seen_ids)
+        self._drop_handed = False
+        self.duplicates_dropped = 0
+        session.attach(self)
 
     @classmethod
     async def connect(
@@ -130,33 +136,53 @@ class Consumer:
         window: int = 20000,
         window_bytes: int = 8 * 1024 * 1024,
         auto_ack: bool = True,
-        user: str | None = None,
-        password: str | None = None,
-        client_id: str | None = None,
-        strategy: Strategy | None = None,
+        seen_ids: int = 100_000,
+        **session_args: Unpack[SessionArgs],
     ) -> Consumer:
-        conn, _ = await connect(
-            bootstrap, user=user, password=password, client_id=client_id, strategy=strategy
-        )
-        runner = asyncio.create_task(conn.run())
-        sub = next(_sub_ids)
-        consumer = cls(conn, runner, sub, auto_ack)
+        """Subscribe to ``destination``; ``session_args`` are the session's (``SessionArgs``). On
+        a new connection after a CM failover the consumer subscribes again - a durable
+        subscription resumes from its cursor - and drops (and acknowledges) what it already
+        handed to the application."""
+        session = await Session.open(SessionOptions(bootstrap, **session_args))
+        subscribe = {
+            "t": FrameType.SUBSCRIBE,
+            "s": next(_sub_ids),
+            "d": destination,
+            "m": match,
+            "dn": durable,
+            "w": window,
+            "wb": window_bytes,
+        }
+        consumer = cls(session, subscribe, auto_ack, seen_ids)
         try:
-            await conn.request(
-                {
-                    "t": FrameType.SUBSCRIBE,
-                    "s": sub,
-                    "d": destination,
-                    "m": match,
-                    "dn": durable,
-                    "w": window,
-                    "wb": window_bytes,
-                }
-            )
+            await session.conn.request(dict(subscribe))
         except RemoteError as exc:
-            conn.close()
+            session.close()
             raise ClientError(exc.code, exc.msg) from None
+        except BaseException:
+            session.close()
+            raise
         return consumer
+
+    # -- what the session tells ------------------------------------------------------------------
+    def lost(self) -> None:
+        """The connection ended. What it delivered and the application did not get yet was given
+        back with it (redelivered, flagged): handed out now it would be an unflagged repeat."""
+        while not self._frames.empty():
+            self._frames.get_nowait()
+        self._stash.clear()
+        current = self._current_frame
+        if current is not None and self._current:
+            self._current.clear()
+            self._current_frame = None
+            self._unacked.pop((current["p"], current["o"], int(current.get("rd", 0))), None)
+        self._frames.put_nowait(None)  # wakes a waiting receive: it waits on, or raises if ended
+
+    async def restore(self, conn: Connection) -> None:
+        await conn.request(dict(self._subscribe), timeout=10)
+
+    def restored(self) -> None:
+        self._drop_handed = True
 
     async def __aenter__(self) -> Consumer:
         return self
@@ -164,7 +190,7 @@ class Consumer:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    def _on_frame(self, frame: dict[str, Any]) -> None:
+    def on_frame(self, frame: dict[str, Any]) -> None:
         t = frame.get("t")
         if t == FrameType.DELIVER:
             if not self._is_revoked(frame):
@@ -202,17 +228,20 @@ class Consumer:
     # -- acks ------------------------------------------------------------------------------------
     def _send_ack(self, frame: dict[str, Any], nack: bool = False) -> asyncio.Future[Any] | None:
         """ACK (or NACK) the delivery ``frame`` (p, o, rd); the future is its confirmation."""
-        if self.conn.closed:
+        conn = self.session.conn
+        if conn.closed:
+            return None  # redelivered after the failover, then dropped as handed out and acked
+        ack = {
+            "t": FrameType.NACK if nack else FrameType.ACK,
+            "s": self.sub,
+            "p": frame["p"],
+            "o": frame["o"],
+            "rd": int(frame.get("rd", 0)),
+        }
+        try:
+            fut = conn.request_nowait(ack)
+        except ConnectionClosed:
             return None
-        fut = self.conn.request_nowait(
-            {
-                "t": FrameType.NACK if nack else FrameType.ACK,
-                "s": self.sub,
-                "p": frame["p"],
-                "o": frame["o"],
-                "rd": int(frame.get("rd", 0)),
-            }
-        )
         if not nack:
             self._acks.add(fut)
             fut.add_done_callback(self._ack_done)
@@ -270,18 +299,21 @@ class Consumer:
         self._send_ack(frame, nack=True)
 
     # -- receiving -------------------------------------------------------------------------------
-    async def _next_frame(self, timeout: float | None) -> dict[str, Any] | None:  # noqa: ASYNC109
-        if self.conn.closed:
-            # What is still queued was given back when the connection ended (its subscription
-            # ended with it) and is delivered again, flagged: handed out now it would be an
-            # unflagged repeat.
-            raise self.error or ConnectionError("consumer connection closed")
-        if self._stash:
-            return self._stash.popleft()
-        frame = await asyncio.wait_for(self._frames.get(), timeout)
-        if frame is None:
-            raise self.error or ConnectionError("consumer connection closed")
-        return frame
+    async def _next_frame(self, timeout: float | None) -> dict[str, Any]:  # noqa: ASYNC109
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            if self._stash:
+                return self._stash.popleft()
+            if self.session.ended:
+                raise self._ended_error()
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            frame = await asyncio.wait_for(self._frames.get(), left)
+            if frame is not None:
+                return frame
+            # None: a connection ended (checked above); a replacement may be on its way
+
+    def _ended_error(self) -> BaseException:
+        return self.error or self.session.error or ConnectionError("consumer connection closed")
 
     async def _next_chunk(self, sid: str) -> dict[str, Any]:
         while True:
@@ -293,7 +325,7 @@ class Consumer:
                     "consumer after a failover, or its producer stopped)"
                 ) from None
             if frame is None:
-                raise self.error or ConnectionError("consumer connection closed")
+                raise self._ended_error()  # the stream's deliveries ended with their connection
             if (frame.get("xa") or {}).get("sid") == sid:
                 return frame
             self._stash.append(frame)
@@ -313,8 +345,18 @@ class Consumer:
             for i, r in enumerate(records)
         )
         self._current_frame = frame
+        if self._drop_handed:
+            fresh = [m for m in self._current if (p, m.offset) not in self._handed]
+            self.duplicates_dropped += len(self._current) - len(fresh)
+            if not fresh:
+                self._current.clear()
+                self._send_ack(frame)  # all handed out before the reconnection
+                self._current_frame = None
+                return
+            if len(fresh) < len(self._current):
+                self._current = deque(fresh)
         if not self.auto_ack:
-            self._unacked[(p, base, rd)] = len(records)
+            self._unacked[(p, base, rd)] = len(self._current)
 
     async def receive(self, timeout: float | None = None) -> Message | StreamMessage:  # noqa: ASYNC109
         """The next message (raises TimeoutError after ``timeout`` seconds)."""
@@ -330,9 +372,11 @@ class Consumer:
                 elif sid in self._refused_streams:
                     self._send_ack(frame, nack=True)  # the rest of a stream given back
                     continue
+                self._handed.add(str(frame["p"]), int(frame["o"]))
                 return StreamMessage(self, frame)
             self._expand(frame)
         msg = self._current.popleft()
+        self._handed.add(msg.partition, msg.offset)
         return msg
 
     async def receive_batch(self, timeout: float | None = None) -> list[Message | StreamMessage]:  # noqa: ASYNC109
@@ -341,8 +385,10 @@ class Consumer:
         if isinstance(first, StreamMessage):
             return [first]
         out: list[Message | StreamMessage] = [first]
-        out.extend(self._current)
-        self._current.clear()
+        if self._current:
+            self._handed.add_batch(self._current)
+            out.extend(self._current)
+            self._current.clear()
         return out
 
     def __aiter__(self) -> AsyncIterator[Message | StreamMessage]:
@@ -355,12 +401,16 @@ class Consumer:
             raise StopAsyncIteration from None
 
     async def close(self) -> None:
-        if not self.conn.closed:
+        conn = self.session.conn
+        if not conn.closed:
             if not self._current:
                 self._finish_current()
             try:
-                await asyncio.wait_for(self.conn.request({"t": FrameType.UNSUBSCRIBE, "s": self.sub}), 5)
+                await asyncio.wait_for(conn.request({"t": FrameType.UNSUBSCRIBE, "s": self.sub}), 5)
             except Exception:
                 pass
-        self.conn.close()
-        self._runner.cancel()
+        self.session.close()
+
+    def abort(self) -> None:
+        """End at once, as a killed process would: no unsubscribe, nothing more acknowledged."""
+        self.session.close()

@@ -1,12 +1,11 @@
 """A producer's send log: one CSV line ``producer_id,sequence`` per acknowledged message.
 
-``Producer.connect(..., send_log="run/p1.csv")`` (also ``FailoverProducer.open`` and
-``BlockingProducer``) appends the lines of every batch the brokers acknowledged, as soon as the ack
-arrives. The ids are the ones the brokers store and ``hybridmq.client.Fetcher`` /
-the PySpark data source report: ``producer_id`` is the producer's idempotence id (``pid``),
-suffixed ``.<producer epoch>`` when the epoch is not 0, and ``sequence`` is the batch's base
-sequence plus the record's index. ``hybridmq audit --send-log`` checks that every line's message is
-in the cluster.
+``Producer.connect(..., send_log="run/p1.csv")`` (also ``BlockingProducer``) appends the lines of
+every batch the brokers acknowledged, as soon as the ack arrives. The ids are the ones the brokers
+store and ``hybridmq.client.Fetcher`` / the PySpark data source report: ``producer_id`` is the
+producer's idempotence id (``pid``), suffixed ``.<producer epoch>`` when the epoch is not 0, and
+``sequence`` is the batch's base sequence plus the record's index. ``hybridmq audit --send-log``
+checks that every line's message is in the cluster.
 """
 
 from __future__ import annotations

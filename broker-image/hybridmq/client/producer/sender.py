@@ -1,0 +1,217 @@
+"""The sender: numbers batches, sends them pipelined, retries, and resends after a reconnection.
+
+Many PRODUCE frames are in flight at once (correlation ids). Each carries the producer id, producer
+epoch and sequence, so a resend is stored once by the MM. A batch refused for a transient reason
+(its MM is down or restarting, the partition moved to a new primary, a stale epoch) is resent as it
+is until ``delivery_timeout`` seconds passed; per-producer order holds because a later batch is
+refused (out of order) until the earlier one is stored. A batch refused because an on-demand
+partition stopped taking writes goes to the on-demand move (``move.py``). A batch whose connection
+was lost waits for the session's next connection and is resent there, in sequence order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from hybridmq.api.frames import ErrorCode, FrameType
+from hybridmq.client.connection import ClientError
+from hybridmq.client.message import pack_records
+from hybridmq.client.producer.accumulator import Batch, BatchResult
+from hybridmq.client.send_log import SendLog
+from hybridmq.client.session import Session
+from hybridmq.protocol import RemoteError
+from hybridmq.protocol.connection import ConnectionClosed
+
+# An on-demand partition that drains after a failover (or was deleted) takes no more writes.
+MOVED = frozenset({ErrorCode.PARTITION_NOT_WRITABLE, ErrorCode.UNKNOWN_PARTITION})
+# Errors after which a batch is resent as it is (same pid, producer epoch and sequence).
+RETRIABLE = frozenset(
+    {
+        ErrorCode.MM_UNAVAILABLE,
+        ErrorCode.NOT_PRIMARY,
+        ErrorCode.STALE_EPOCH,
+        ErrorCode.OUT_OF_ORDER_SEQUENCE,
+        ErrorCode.NOT_ENOUGH_REPLICAS,
+    }
+)
+FIRST_RETRY_S = 0.05
+MAX_RETRY_S = 0.5
+
+Frame = dict[str, Any]
+Result = asyncio.Future[BatchResult]
+# A batch not numbered yet: dest, count, blob, flags, expiry, extra, result, size, deadline
+Unnumbered = tuple[str, int, bytes, int, int, dict[str, Any] | None, Result, int, float]
+# A refused batch waiting for the on-demand move: its frame, result, size, deadline
+Refused = tuple[Frame, Result, int, float]
+
+
+class Sender:
+    def __init__(
+        self,
+        session: Session,
+        partition: str,
+        producer_id: str,
+        pid: int,
+        delivery_timeout: float,
+        send_log: SendLog | None,
+    ) -> None:
+        self.session = session
+        self.partition = partition
+        self.producer_id = producer_id
+        self.pid = pid  # idempotence: (pid, sequence) lets the MM store a resent batch once
+        self.pepoch = 0  # producer epoch: bumped (sequence back to 0) after a failed batch
+        self.seq = 0
+        self.pid_gen: dict[int, int] = {pid: 0}  # pid -> move generation (resend order)
+        self.delivery_timeout = delivery_timeout
+        self.send_log = send_log
+        self.inflight = 0  # bytes sent, not acknowledged
+        self.outstanding: set[Result] = set()
+        self.chains: dict[Result, str] = {}  # unfinished batch -> partition it was last sent to
+        self.held: list[Unnumbered] | None = None  # new batches held back while a move is under way
+        self.released = asyncio.Event()  # set whenever in-flight bytes went down (flow control)
+        self.resent = 0  # batches resent on a new connection
+        self.on_refused: Callable[[Refused], bool] = lambda refused: False  # the move takes it?
+        self._reconnect_parked: list[tuple[Frame, Result, int]] = []
+
+    @property
+    def idle(self) -> bool:
+        return not self.outstanding
+
+    def send_batch(self, batch: Batch) -> None:
+        blob = pack_records(batch.records)
+        self.submit(batch.dest, len(batch.records), blob, 0, batch.expiry, None, batch.future, batch.size)
+
+    def submit(
+        self,
+        dest: str,
+        count: int,
+        blob: bytes,
+        flags: int,
+        expiry: int,
+        extra: dict[str, Any] | None,
+        result: Result,
+        size: int,
+    ) -> None:
+        self.inflight += size
+        self.outstanding.add(result)
+        # Avoid "exception never retrieved" for fire-and-forget sends.
+        result.add_done_callback(_retrieve)
+        deadline = asyncio.get_running_loop().time() + self.delivery_timeout
+        item = (dest, count, blob, flags, expiry, extra, result, size, deadline)
+        if self.held is not None:  # a move is under way: numbered on the new partition later
+            self.held.append(item)
+            return
+        self.start(item)
+
+    def start(self, item: Unnumbered) -> None:
+        """Number a batch (next sequence of the current producer id) and send it."""
+        dest, count, blob, flags, expiry, extra, result, size, deadline = item
+        frame = {
+            "t": FrameType.PRODUCE,
+            "p": self.partition,
+            "d": dest,
+            "n": count,
+            "b": blob,
+            "f": flags,
+            "x": expiry,
+            "xa": extra,
+            "pid": self.pid,
+            "pep": self.pepoch,
+            "seq": self.seq,
+        }
+        self.seq += count
+        self.attempt(frame, result, size, deadline, FIRST_RETRY_S)
+
+    def release_held(self) -> None:
+        """Send the batches held back during a move, on the (new) partition, in their order."""
+        held, self.held = self.held, None
+        for item in held or ():
+            self.start(item)
+
+    def attempt(self, frame: Frame, result: Result, size: int, deadline: float, delay: float) -> None:
+        """Send (or resend, with the same producer id, epoch and sequence) one batch."""
+        loop = asyncio.get_running_loop()
+        self.chains[result] = frame["p"]
+        try:
+            fut = self.session.conn.request_nowait(dict(frame))
+        except Exception as exc:
+            self.finish(frame, result, size, exc)
+            return
+
+        def done(f: asyncio.Future[Any]) -> None:
+            exc = f.exception()
+            if isinstance(exc, RemoteError) and not self.session.conn.closed:
+                if exc.code in MOVED and loop.time() < deadline:
+                    self.chains.pop(result, None)
+                    if self.on_refused((frame, result, size, deadline)):
+                        return
+                    self.chains[result] = frame["p"]
+                if exc.code in RETRIABLE and loop.time() + delay < deadline:
+                    # e.g. the MM restarted or the partition moved to a new primary: resend; the
+                    # MM drops what it already stored, and later batches wait their turn.
+                    retry = min(delay * 2, MAX_RETRY_S)
+                    loop.call_later(delay, self.attempt, frame, result, size, deadline, retry)
+                    return
+            self.finish(frame, result, size, exc, None if exc is not None else f.result())
+
+        fut.add_done_callback(done)
+
+    def finish(
+        self,
+        frame: Frame,
+        result: Result,
+        size: int,
+        exc: BaseException | None,
+        reply: dict[str, Any] | None = None,
+    ) -> None:
+        """The batch is acknowledged (``reply``) or given up (``exc``) - or, when its connection
+        was lost and the session is opening another one, parked to be resent there."""
+        if exc is not None and not result.done() and self._lost_with_connection(exc):
+            self._reconnect_parked.append((frame, result, size))
+            return
+        self.inflight -= size
+        self.outstanding.discard(result)
+        self.chains.pop(result, None)
+        self.released.set()
+        if exc is not None and frame["pep"] == self.pepoch and frame.get("pid") == self.pid:
+            # Given up on a batch that may not be stored: later batches start a new producer epoch.
+            self.pepoch += 1
+            self.seq = 0
+        if exc is None and self.send_log is not None:
+            self.send_log.acked(frame)
+        if result.done():
+            return
+        if exc is None:
+            result.set_result((str(frame["p"]), int(reply["o"]) if reply is not None else -1))
+        elif isinstance(exc, RemoteError):
+            result.set_exception(ClientError(exc.code, exc.msg))
+        else:
+            result.set_exception(self.session.error or exc)
+
+    def _lost_with_connection(self, exc: BaseException) -> bool:
+        session = self.session
+        if session.closing or session.ended:
+            return False
+        return isinstance(exc, ConnectionClosed) or session.conn.closed
+
+    def resend_parked(self) -> None:
+        """On the session's new connection: resend what the lost one left, in sequence order."""
+        parked, self._reconnect_parked = self._reconnect_parked, []
+        self.resent += len(parked)
+        deadline = asyncio.get_running_loop().time() + self.delivery_timeout
+        for frame, result, size in sorted(parked, key=lambda p: (p[0]["pep"], p[0]["seq"])):
+            self.attempt(frame, result, size, deadline, FIRST_RETRY_S)
+
+    def fail_parked(self) -> None:
+        """The session ended: what waits for a connection fails."""
+        parked, self._reconnect_parked = self._reconnect_parked, []
+        error = self.session.error or ConnectionError("no CM reachable")
+        for frame, result, size in parked:
+            self.finish(frame, result, size, error)
+
+
+def _retrieve(result: Result) -> None:
+    if not result.cancelled():
+        result.exception()

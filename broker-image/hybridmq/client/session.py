@@ -1,0 +1,265 @@
+"""One client session: the connection to a CM, its keepalive, and reconnection when it is lost.
+
+A ``Session`` (as nats.py's ``Client``) owns everything about being connected: the CM is chosen by
+the distribution (``client/directory.py``: bootstrap order, round-robin over the broker table, or
+the directory's next CM), a PING every ``keepalive_s`` that gets no answer within
+``keepalive_timeout_s`` closes a connection to a hung CM, and a lost connection is replaced at once
+through the same distribution (the lost CM is tried last), retrying with back-off for
+``give_up_after_s``. ``Producer`` and ``Consumer`` are built on it and only say what their state on
+a new connection is (``Owner.restore``: a consumer subscribes again) and what to do meanwhile.
+
+``reconnect=False`` makes a session that ends with its first connection (tools that must notice a
+lost CM themselves).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, Protocol, TypedDict
+
+from hybridmq.api.frames import ErrorCode, FrameType
+from hybridmq.client.connection import ClientError, connect
+from hybridmq.client.directory import make_strategy
+from hybridmq.client.distribution import Strategy
+from hybridmq.protocol import Connection
+
+log = logging.getLogger(__name__)
+
+
+class Owner(Protocol):
+    """What a session tells the producer or consumer built on it."""
+
+    def on_frame(self, frame: dict[str, Any]) -> None:
+        """A frame that answers no request (deliveries, revocations, fatal errors)."""
+
+    def lost(self) -> None:
+        """The connection ended; a replacement is being opened unless ``Session.ended``."""
+
+    async def restore(self, conn: Connection) -> None:
+        """Recreate the owner's state on a new connection (raise to try another CM)."""
+
+    def restored(self) -> None:
+        """The new connection is in use."""
+
+
+class SessionArgs(TypedDict, total=False):
+    """The session's keyword arguments of ``Producer.connect`` / ``Consumer.connect``."""
+
+    user: str | None  # else env HYBRIDMQ_USER (and HYBRIDMQ_PASSWORD)
+    password: str | None
+    client_id: str | None
+    app: str | None  # the application the directory counts this client for
+    distribution: str | None  # bootstrap | round-robin | centralized (client/directory.py)
+    strategy: Strategy | None  # a distribution strategy of one's own
+    reconnect: bool  # CM failover (default True)
+    give_up_after_s: float  # how long a lost session tries to reconnect
+    keepalive_s: float | None  # PING interval (None: no keepalive)
+    keepalive_timeout_s: float  # no PONG within it: the CM is lost
+
+
+@dataclass
+class SessionOptions:
+    bootstrap: str | list[str] | None = None
+    distribution: str | None = None
+    strategy: Strategy | None = None
+    app: str | None = None
+    user: str | None = None
+    password: str | None = None
+    client_id: str | None = None
+    reconnect: bool = True
+    give_up_after_s: float = 30.0
+    keepalive_s: float | None = 1.0
+    keepalive_timeout_s: float = 3.0
+
+
+class Session:
+    def __init__(self, options: SessionOptions, conn: Connection, hello: dict[str, Any]) -> None:
+        self.options = options
+        self.conn = conn
+        self.node = str(hello.get("node", ""))
+        self.reconnects = 0
+        self.error: BaseException | None = None
+        self.closing = False
+        self._owner: Owner | None = None
+        self._runner: asyncio.Task[None] | None = None
+        self._reconnect_task: asyncio.Task[None] | None = None
+        self._keepalive: asyncio.Task[None] | None = None
+        self._use(conn)
+
+    @classmethod
+    async def open(cls, options: SessionOptions) -> Session:
+        """Connect to a CM; it reconnects once ``attach`` named its owner."""
+        if options.strategy is None:
+            options.strategy = make_strategy(
+                options.bootstrap,
+                options.distribution,
+                app=options.app,
+                user=options.user,
+                password=options.password,
+            )
+        conn, hello = await cls._connect(options)
+        return cls(options, conn, hello)
+
+    @staticmethod
+    async def _connect(options: SessionOptions) -> tuple[Connection, dict[str, Any]]:
+        return await connect(
+            options.bootstrap,
+            user=options.user,
+            password=options.password,
+            client_id=options.client_id,
+            app=options.app,
+            strategy=options.strategy,
+            timeout=max(2.0, options.keepalive_timeout_s),
+        )
+
+    def attach(self, owner: Owner) -> None:
+        """Hand frames and connection changes to ``owner``; start the keepalive."""
+        self._owner = owner
+        if self.options.keepalive_s:
+            self._keepalive = asyncio.create_task(self._ping(self.options.keepalive_s))
+
+    def _use(self, conn: Connection) -> None:
+        self.conn = conn
+        conn.on_close.append(lambda: self._lost(conn))
+        self._runner = asyncio.create_task(conn.run(self._on_frame))
+
+    def _on_frame(self, frame: dict[str, Any]) -> None:
+        if self._owner is not None:
+            self._owner.on_frame(frame)
+
+    @property
+    def reconnecting(self) -> bool:
+        return self._reconnect_task is not None
+
+    @property
+    def ended(self) -> bool:
+        """No connection now and none coming: closed, aborted, or reconnecting gave up."""
+        return self.conn.closed and self._reconnect_task is None
+
+    def _lost(self, conn: Connection) -> None:
+        if conn is not self.conn or self._owner is None:
+            return
+        if not self.closing and self.options.reconnect and self._reconnect_task is None:
+            self._reconnect_task = asyncio.get_running_loop().create_task(self._reconnect(conn))
+        self._owner.lost()
+
+    async def _reconnect(self, lost: Connection) -> None:
+        assert self._owner is not None
+        restored = False
+        try:
+            restored = await self._reconnect_until_given_up(lost)
+        except Exception:
+            log.exception("reconnecting failed")
+        if restored:
+            return  # (``_restore`` handed over; a loss since then started its own reconnection)
+        if self._reconnect_task is asyncio.current_task():
+            self._reconnect_task = None
+        self._owner.lost()  # ended: the owner fails what waits for a connection
+
+    async def _reconnect_until_given_up(self, lost: Connection) -> bool:
+        peer = lost.peer
+        if self.options.strategy is not None and isinstance(peer, tuple) and len(peer) >= 2:
+            with contextlib.suppress(Exception):
+                await self.options.strategy.failed(f"{peer[0]}:{peer[1]}")  # try it last
+        deadline = time.monotonic() + self.options.give_up_after_s
+        delay = 0.02
+        while not self.closing:
+            try:
+                conn, hello = await self._connect(self.options)
+            except ClientError as exc:
+                if exc.code != ErrorCode.AUTH_BUSY:
+                    self.error = exc  # refused for good (credentials): no point retrying
+                    return False
+                why: BaseException = exc
+            except Exception as exc:  # unreachable, or gone during the handshake: try again
+                why = exc
+            else:
+                if await self._restore(conn, hello):
+                    return True
+                why = ConnectionError(f"could not restore the session on {hello.get('node')}")
+            if time.monotonic() > deadline:
+                log.warning("giving up reconnecting: %s", why)
+                return False
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.5)
+        return False
+
+    async def _restore(self, conn: Connection, hello: dict[str, Any]) -> bool:
+        assert self._owner is not None
+        runner = asyncio.create_task(conn.run(self._on_frame))
+        try:
+            await self._owner.restore(conn)
+        except Exception as exc:  # refused, or the connection went away meanwhile
+            log.warning("restoring the session on %s failed: %s", hello.get("node"), exc)
+            conn.close()
+            runner.cancel()
+            return False
+        if self.closing:
+            conn.close()
+            runner.cancel()
+            return False
+        self.conn, self._runner = conn, runner
+        conn.on_close.append(lambda: self._lost(conn))
+        self.reconnects += 1
+        self.node = str(hello.get("node", ""))
+        self._reconnect_task = None
+        self._owner.restored()
+        if conn.closed:  # lost again while restoring
+            self._lost(conn)
+        return True
+
+    async def _ping(self, interval_s: float) -> None:
+        """PING the current connection every ``interval_s``; close it when no PONG in time."""
+        timeout_s = self.options.keepalive_timeout_s
+        while not self.closing:
+            await asyncio.sleep(interval_s)
+            conn = self.conn
+            if conn.closed:
+                continue
+            try:
+                await asyncio.wait_for(conn.request({"t": FrameType.PING}, timeout=None), timeout_s)
+            except TimeoutError:
+                if conn is self.conn and not self.closing:
+                    log.warning("CM %s did not answer a PING in %.1fs: failing over", conn.name, timeout_s)
+                    conn.close()
+            except Exception:
+                continue  # closed meanwhile: the failover is already under way
+
+    def close(self) -> None:
+        """End the session: no reconnection; what waits for a connection fails."""
+        self.closing = True
+        for task in (self._reconnect_task, self._keepalive):
+            if task is not None:
+                task.cancel()
+        self._reconnect_task = None
+        self.conn.close()
+        if self._runner is not None:
+            self._runner.cancel()
+
+
+class SessionClient:
+    """What a producer or consumer tells about its session."""
+
+    session: Session
+
+    @property
+    def conn(self) -> Connection:
+        """The current connection (closed while reconnecting)."""
+        return self.session.conn
+
+    @property
+    def node(self) -> str:
+        """The CM in use."""
+        return self.session.node
+
+    @property
+    def reconnects(self) -> int:
+        return self.session.reconnects
+
+    @property
+    def reconnecting(self) -> bool:
+        return self.session.reconnecting
