@@ -35,13 +35,7 @@ from hybridmq.broker.log.config import LogConfig
 from hybridmq.broker.log.errors import StaleEpochError
 from hybridmq.broker.mm.liveness import Liveness
 from hybridmq.broker.mm.partition import PartitionHost
-from hybridmq.broker.mm.replica_transport import (
-    REPLICA_EPOCH_END,
-    REPLICA_FETCH,
-    REPLICA_SNAPSHOT,
-    PeerLinks,
-    TcpPrimaryTransport,
-)
+from hybridmq.broker.mm.replica_transport import PeerLinks, TcpPrimaryTransport
 from hybridmq.broker.mm.storage import PartitionStorage
 from hybridmq.broker.protocol import Connection
 from hybridmq.broker.replication import (
@@ -56,7 +50,6 @@ from hybridmq.broker.replication import (
     from_wire,
     to_wire,
 )
-from hybridmq.broker.replication import ErrorCode as ReplicationCode
 
 if TYPE_CHECKING:
     from hybridmq.broker.mm.server import MessageManager
@@ -370,26 +363,26 @@ class ReplicaManager:
         leader = r.leader if r is not None and r.role == Role.PRIMARY else None
         reply: Any
         try:
-            if t == REPLICA_FETCH:
+            if t == FrameType.REPLICA_FETCH:
                 fetch = from_wire(FetchRequest, m)
                 reply = (
                     await leader.handle_fetch(fetch)
                     if leader is not None
-                    else FetchResponse(fetch.partition, -1, ReplicationCode.NOT_PRIMARY)
+                    else FetchResponse(fetch.partition, -1, ErrorCode.NOT_PRIMARY)
                 )
-            elif t == REPLICA_EPOCH_END:
+            elif t == FrameType.REPLICA_EPOCH_END:
                 req = from_wire(EpochEndOffsetRequest, m)
                 reply = (
                     leader.handle_end_offset_for_epoch(req)
                     if leader is not None
-                    else EpochEndOffsetResponse(req.partition, -1, ReplicationCode.NOT_PRIMARY)
+                    else EpochEndOffsetResponse(req.partition, -1, ErrorCode.NOT_PRIMARY)
                 )
-            elif t == REPLICA_SNAPSHOT:
+            elif t == FrameType.REPLICA_SNAPSHOT:
                 sreq = from_wire(SnapshotRequest, m)
                 reply = (
                     leader.handle_snapshot(sreq)
                     if leader is not None
-                    else Snapshot(sreq.partition, -1, ReplicationCode.NOT_PRIMARY)
+                    else Snapshot(sreq.partition, -1, ErrorCode.NOT_PRIMARY)
                 )
             else:
                 conn.reply_error(frame, ErrorCode.INVALID_REQUEST, f"unexpected frame type {t}")

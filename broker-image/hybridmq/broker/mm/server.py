@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hybridmq.api.assignment import BrokerRole
 from hybridmq.api.frames import LOG_DESTINATION, PROTOCOL_VERSION, ErrorCode, FrameType, error_frame
 from hybridmq.broker.assignment_source import AssignmentSource
 from hybridmq.broker.auth import cluster_secret
@@ -33,7 +34,7 @@ from hybridmq.broker.mm.replica_transport import REPLICA_FRAMES
 from hybridmq.broker.protocol import Connection, ProtocolError, read_frame
 
 log = logging.getLogger(__name__)
-PEER_ROLES = ("cm", "mm")
+PEER_ROLES = frozenset({BrokerRole.CM, BrokerRole.MM})
 
 
 @dataclass

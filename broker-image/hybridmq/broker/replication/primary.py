@@ -17,7 +17,7 @@ Lifecycle (the MM server drives it from its ``AssignmentSource``)::
 Rules:
 
 * Fencing: a produce or fetch whose epoch is older than ours is refused with
-  ``FencedEpochError`` / ``ErrorCode.FENCED_EPOCH``; a newer epoch means this primary is stale: it
+  ``FencedEpochError`` / ``ErrorCode.STALE_EPOCH``; a newer epoch means this primary is stale: it
   steps down and answers ``NOT_PRIMARY``. Once stepped down (or while ``lease_valid()`` is false)
   no write is accepted and pending acknowledgements fail with ``NotPrimaryError``.
 * A produce is refused (``NotEnoughReplicasError``) while fewer than ``min_in_sync`` replicas
@@ -305,7 +305,7 @@ class PartitionPrimary:
 
     def _fetch_error(self, request_epoch: int, replica_id: str) -> ErrorCode:
         if request_epoch < self.epoch:
-            return ErrorCode.FENCED_EPOCH
+            return ErrorCode.STALE_EPOCH
         if request_epoch > self.epoch:
             self.step_down(f"replica {replica_id} is at newer epoch {request_epoch}")
             return ErrorCode.NOT_PRIMARY
