@@ -112,14 +112,15 @@ class MessageManager:
         self.hosts[self.log_host.name] = self.log_host  # consumers of topic:_LOG read it like any host
         self._log_events = LogEventBuffer(self.config.name, "mm").install()
         self._tasks.append(asyncio.create_task(self._publish_log_events(self._log_events, self.log_host)))
-        self.replica_manager.start()
-        # Serve once the partitions of the first table are open (a produce finds its host).
-        await self.replica_manager.wait_settled(10.0)
         self._server = await asyncio.start_server(
             self._serve, self.config.host, self.config.port, limit=2 * 1024 * 1024
         )
         self.ready = True
         log.info("mm %s listening on %s:%d", self.config.name, self.config.host, self.config.port)
+        # Partitions open in the background (recovering a long log must not keep the port shut): a
+        # produce that comes first gets NOT_PRIMARY and is resent; a subscription is kept and
+        # attached to each partition as it opens.
+        self.replica_manager.start()
         # After the source: a primary accepts writes only once its lease is valid.
         await self.liveness.start(self)
 
