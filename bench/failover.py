@@ -35,7 +35,7 @@ from throughput import run as throughput_run  # the bench/throughput.py workload
 
 from hybridmq.broker.runtime import install_uvloop
 from hybridmq.client import Producer
-from hybridmq.local.replicated import ReplicatedLocalCluster
+from hybridmq.local.runner import LocalCluster
 
 RESULTS = Path(__file__).resolve().parent / "results" / "failover.jsonl"
 PARTITION = "local-fixed-0"
@@ -46,7 +46,7 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-async def failover_trials(cluster: ReplicatedLocalCluster, trials: int) -> list[float]:
+async def failover_trials(cluster: LocalCluster, trials: int) -> list[float]:
     producer = await Producer.connect(
         cluster.bootstrap, partition_type="fixed", partition=PARTITION, linger_ms=0, delivery_timeout=30
     )
@@ -75,7 +75,7 @@ async def failover_trials(cluster: ReplicatedLocalCluster, trials: int) -> list[
 
 def throughput(replicas: int, args: argparse.Namespace) -> float:
     with tempfile.TemporaryDirectory(prefix=f"hmq-failover-r{replicas}-") as tmp:
-        cluster = ReplicatedLocalCluster(
+        cluster = LocalCluster(
             Path(tmp),
             mms=2,
             replicas=replicas,
@@ -117,7 +117,7 @@ def main() -> None:
     load_before = os.getloadavg()[0]
 
     with tempfile.TemporaryDirectory(prefix="hmq-failover-") as tmp:
-        cluster = ReplicatedLocalCluster(
+        cluster = LocalCluster(
             Path(tmp), mms=3, replicas=args.replicas, fixed=1, on_demand_per_mm=0, lease_s=args.lease_s
         )
         with cluster:

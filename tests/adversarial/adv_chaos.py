@@ -1,6 +1,6 @@
 """Seeded faults, one at a time: kill -9, SIGTERM, SIGSTOP/SIGCONT and restarts of MMs and CMs.
 
-MMs and CMs are signalled and restarted through the cluster runner (``ReplicatedLocalCluster``, what
+MMs and CMs are signalled and restarted through the cluster runner (``LocalCluster``, what
 ``hybridmq local`` runs; its controller's ``/kill`` and ``/start`` call the same methods). Each fault
 is recorded as ``(start, end)``: from the signal until the cluster is whole again (the process back,
 every partition in sync, every CM linked to every MM).
@@ -18,7 +18,7 @@ import time
 
 from adv_checker import History
 
-from hybridmq.local.replicated import ReplicatedLocalCluster
+from hybridmq.local.runner import LocalCluster
 
 ACTIONS = ("mm KILL", "mm TERM", "mm STOP", "cm KILL", "cm TERM", "cm STOP")
 
@@ -26,7 +26,7 @@ ACTIONS = ("mm KILL", "mm TERM", "mm STOP", "cm KILL", "cm TERM", "cm STOP")
 class Chaos(threading.Thread):
     def __init__(
         self,
-        cluster: ReplicatedLocalCluster,
+        cluster: LocalCluster,
         rng: random.Random,
         history: History,
         quiet_s: tuple[float, float],

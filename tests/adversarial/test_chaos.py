@@ -22,7 +22,7 @@ import pytest
 from adv_chaos import Chaos
 from adv_checker import MUST_BE_ZERO, History, check, payload_id, summary_line
 
-from hybridmq.local.replicated import ReplicatedLocalCluster
+from hybridmq.local.runner import LocalCluster
 
 QUEUE, TOPIC, LARGE = "queue:adv.q", "topic:adv.t", "queue:adv.large"
 DURABLE = "adv-durable"
@@ -53,7 +53,7 @@ async def test_chaos_run(tmp_path: Path) -> None:
     print(f"\nadversarial chaos: seed={seed} seconds={seconds} settle_s={settle}")
     rng = random.Random(seed)
     h = History()
-    cluster = ReplicatedLocalCluster(
+    cluster = LocalCluster(
         tmp_path,
         mms=3,
         cms=2,

@@ -23,7 +23,7 @@ import adv_settings
 import pytest
 
 from hybridmq.client import ClientError, Consumer, Fetcher, Producer
-from hybridmq.local.replicated import ReplicatedLocalCluster
+from hybridmq.local.runner import LocalCluster
 
 WINDOW_S = 2.5  # short windows, many of them: quiet and flood see the same machine load
 HOSTILE_DEFAULT_S = 50  # about 10 flood windows: their median p99 is steady enough on a shared machine
@@ -133,7 +133,7 @@ async def test_hostile_clients_beside_a_legitimate_one(tmp_path: Path) -> None:
     windows = max(4, 2 * round(adv_settings.seconds(HOSTILE_DEFAULT_S) / (2 * WINDOW_S)))
     print(f"\nadversarial hostile: seed={seed} windows={windows}x{WINDOW_S}s")
     creds, acl = users(tmp_path)
-    cluster = ReplicatedLocalCluster(
+    cluster = LocalCluster(
         tmp_path / "run", mms=2, replicas=2, fixed=2, on_demand_per_mm=1, credentials=creds, acl=acl
     )
     with cluster:

@@ -27,7 +27,6 @@ from failover_workload import ProducerLoad, stop_all, until
 
 from hybridmq.client import BlockingConsumer, BlockingProducer, Consumer, Fetcher, Message, Producer
 from hybridmq.client.consumer import StreamError, StreamMessage
-from hybridmq.local.replicated import ReplicatedLocalCluster
 from hybridmq.local.runner import LocalCluster
 
 QUEUE = "queue:dlv"
@@ -35,9 +34,9 @@ TOPIC = "topic:dlv"
 
 
 @pytest.fixture
-def replicated(tmp_path: Path) -> Iterator[ReplicatedLocalCluster]:
+def replicated(tmp_path: Path) -> Iterator[LocalCluster]:
     """3 MMs, one fixed partition with 2 replicas; the test kills its primary."""
-    with ReplicatedLocalCluster(tmp_path, mms=3, replicas=2, fixed=1, on_demand_per_mm=0) as c:
+    with LocalCluster(tmp_path, mms=3, replicas=2, fixed=1, on_demand_per_mm=0) as c:
         yield c
 
 
@@ -120,7 +119,7 @@ def check_deliveries(consumers: list[AckingConsumer], bases: dict[tuple[str, int
 
 
 async def test_acked_messages_never_come_back_and_redeliveries_are_flagged(
-    replicated: ReplicatedLocalCluster,
+    replicated: LocalCluster,
 ) -> None:
     cluster = replicated
     fixed = cluster.table()["local-fixed-0"]
@@ -188,9 +187,7 @@ async def test_acked_messages_never_come_back_and_redeliveries_are_flagged(
         await c.consumer.close()
 
 
-async def _batch_bases(
-    cluster: ReplicatedLocalCluster, positions: set[tuple[str, int]]
-) -> dict[tuple[str, int], int]:
+async def _batch_bases(cluster: LocalCluster, positions: set[tuple[str, int]]) -> dict[tuple[str, int], int]:
     """Stored batch of every position, read back by offset (independent of the delivery path)."""
     bases: dict[tuple[str, int], int] = {}
     fetcher = await Fetcher.connect(cluster.bootstrap)
@@ -221,7 +218,7 @@ def stream_chunks(digest: hashlib._Hash) -> Iterator[bytes]:
         yield chunk
 
 
-async def test_stream_read_across_a_kill_is_byte_identical(replicated: ReplicatedLocalCluster) -> None:
+async def test_stream_read_across_a_kill_is_byte_identical(replicated: LocalCluster) -> None:
     cluster = replicated
     fixed = cluster.table()["local-fixed-0"]
     victim = fixed.primary or ""

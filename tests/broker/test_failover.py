@@ -17,14 +17,12 @@ from failover_workload import ConsumerLoad, ProducerLoad, check, stop_all, until
 
 from hybridmq.api.assignment import PartitionState, PartitionType
 from hybridmq.client import Consumer, Producer
-from hybridmq.local.replicated import ReplicatedLocalCluster
+from hybridmq.local.runner import LocalCluster
 
 DEST = "queue:failover"
 
 
-async def _on_demand_producer_on(
-    cluster: ReplicatedLocalCluster, victim: str
-) -> tuple[Producer, list[Producer]]:
+async def _on_demand_producer_on(cluster: LocalCluster, victim: str) -> tuple[Producer, list[Producer]]:
     """An on-demand producer whose partition the victim leads (the CM assigns round robin)."""
     table = cluster.table()
     others: list[Producer] = []
@@ -38,7 +36,7 @@ async def _on_demand_producer_on(
 
 @pytest.mark.parametrize("replicas", [2, 3])
 async def test_kill9_primary_loses_nothing(tmp_path: Path, replicas: int) -> None:
-    cluster = ReplicatedLocalCluster(
+    cluster = LocalCluster(
         tmp_path,
         mms=3,
         replicas=replicas,

@@ -20,12 +20,12 @@ from failover_workload import ProducerLoad, stop_all, until
 
 from hybridmq.api.assignment import PartitionState
 from hybridmq.client import Fetcher, Producer
-from hybridmq.local.replicated import ReplicatedLocalCluster
+from hybridmq.local.runner import LocalCluster
 
 DEST = "queue:move"  # no consumer: the draining partition keeps a backlog and stays readable
 
 
-async def _read_all(cluster: ReplicatedLocalCluster) -> dict[str, list[tuple[int, str, str, int]]]:
+async def _read_all(cluster: LocalCluster) -> dict[str, list[tuple[int, str, str, int]]]:
     """Per partition: (offset, value, producer id, sequence) of every stored record of DEST."""
     fetcher = await Fetcher.connect(cluster.bootstrap, retry_s=30)
     try:
@@ -65,9 +65,7 @@ async def _read_all(cluster: ReplicatedLocalCluster) -> dict[str, list[tuple[int
 
 @pytest.mark.parametrize("run", range(3))
 async def test_on_demand_move_is_exactly_once_and_ordered(tmp_path: Path, run: int) -> None:
-    cluster = ReplicatedLocalCluster(
-        tmp_path, mms=3, replicas=2, fixed=0, on_demand_per_mm=1, log_level="INFO"
-    )
+    cluster = LocalCluster(tmp_path, mms=3, replicas=2, fixed=0, on_demand_per_mm=1, log_level="INFO")
     with cluster:
         table = cluster.table()
         loads: list[ProducerLoad] = []

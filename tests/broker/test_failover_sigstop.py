@@ -11,13 +11,13 @@ from failover_workload import ConsumerLoad, ProducerLoad, check, stop_all, until
 
 from hybridmq.api.frames import PROTOCOL_VERSION, ErrorCode, FrameType
 from hybridmq.client import Consumer, Producer
-from hybridmq.local.replicated import ReplicatedLocalCluster
+from hybridmq.local.runner import LocalCluster
 from hybridmq.protocol import RemoteError, open_connection
 
 DEST = "queue:frozen"
 
 
-def _signal(cluster: ReplicatedLocalCluster, mm: str, sig: str) -> None:
+def _signal(cluster: LocalCluster, mm: str, sig: str) -> None:
     req = urllib.request.Request(
         f"{cluster.controller_url}/kill/{mm}?signal={sig}",
         method="POST",
@@ -28,9 +28,7 @@ def _signal(cluster: ReplicatedLocalCluster, mm: str, sig: str) -> None:
 
 
 async def test_sigstop_primary_is_fenced_then_steps_down(tmp_path: Path) -> None:
-    cluster = ReplicatedLocalCluster(
-        tmp_path, mms=3, replicas=2, fixed=2, on_demand_per_mm=0, log_level="INFO"
-    )
+    cluster = LocalCluster(tmp_path, mms=3, replicas=2, fixed=2, on_demand_per_mm=0, log_level="INFO")
     with cluster:
         fixed = cluster.table()["local-fixed-0"]
         victim = fixed.primary

@@ -7,11 +7,11 @@ import signal
 from pathlib import Path
 
 from hybridmq.client import Fetcher, Producer
-from hybridmq.local.replicated import ReplicatedLocalCluster
+from hybridmq.local.runner import LocalCluster
 
 
 async def test_fetch_after_failover_matches_the_send_log(tmp_path: Path) -> None:
-    with ReplicatedLocalCluster(tmp_path / "cluster", mms=3, replicas=2) as cluster:
+    with LocalCluster(tmp_path / "cluster", mms=3, replicas=2) as cluster:
         send_log = tmp_path / "p.csv"
         producer = await Producer.connect(
             cluster.bootstrap, partition_type="fixed", key="fo", linger_ms=1, send_log=send_log

@@ -28,7 +28,6 @@ import pytest
 
 from hybridmq.api.frames import ErrorCode
 from hybridmq.client import ClientError, Consumer, Fetcher, Message, Producer
-from hybridmq.local.replicated import ReplicatedLocalCluster
 from hybridmq.local.runner import LocalCluster
 
 FLOOD_PER_ADDRESS = 2000
@@ -48,11 +47,7 @@ def flood_cluster(
     with pytest.MonkeyPatch.context() as mp:  # the processes' --log-summary-interval, by environment
         mp.setenv("HYBRIDMQ_LOG_SUMMARY_INTERVAL", str(INTERVAL_S))
         d = tmp_path_factory.mktemp(f"flood-{request.param}")
-        c = (
-            LocalCluster(d, mms=2)
-            if request.param == "static"
-            else ReplicatedLocalCluster(d, mms=2, replicas=2)
-        )
+        c = LocalCluster(d, mms=2) if request.param == "static" else LocalCluster(d, mms=2, replicas=2)
         with c:
             yield c
 
@@ -201,7 +196,7 @@ async def test_flood_of_bad_connections_stays_out_of_user_partitions(flood_clust
         collector.cancel()
         await logs.close()
 
-    if isinstance(c, ReplicatedLocalCluster):  # nothing of it reaches the controller's table
+    if c.controller is not None:  # nothing of it reaches the controller's table
         assert not [p["name"] for p in c.state()["partitions"] if p["name"].startswith("_")]
         assert not [n for n in c.mm_stats("mm-0")["replicas"] if n.startswith("_log")]
 

@@ -22,13 +22,13 @@ from failover_workload import ConsumerLoad, ProducerLoad, StreamReader, stop_all
 
 from hybridmq.api.assignment import PartitionState
 from hybridmq.client import Consumer, Fetcher, Producer
-from hybridmq.local.replicated import ReplicatedLocalCluster
+from hybridmq.local.runner import LocalCluster
 
 DEST = "queue:gc"
 
 
 async def _kill_under_load(
-    cluster: ReplicatedLocalCluster,
+    cluster: LocalCluster,
     reader: StreamReader,
     fetcher: Fetcher,
     commit_as: str | None,
@@ -66,7 +66,7 @@ async def _kill_under_load(
     return victim_partition, loads, stop_consuming, consuming
 
 
-def _report(cluster: ReplicatedLocalCluster, partition: str) -> dict[str, int]:
+def _report(cluster: LocalCluster, partition: str) -> dict[str, int]:
     """The partition's figures as its primary reports them to the controller."""
     state = cluster.state()
     primary = cluster.table()[partition].primary or ""
@@ -77,7 +77,7 @@ async def test_paused_reader_finds_every_acked_message_after_the_move(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.WARNING, logger="hybridmq.client")
-    cluster = ReplicatedLocalCluster(
+    cluster = LocalCluster(
         tmp_path, mms=3, replicas=2, fixed=0, on_demand_per_mm=1, retention_after_drain=60, log_level="INFO"
     )
     with cluster:
@@ -96,7 +96,7 @@ async def test_paused_reader_finds_every_acked_message_after_the_move(
 
 
 async def test_named_reader_cursor_holds_a_drained_partition_until_read(tmp_path: Path) -> None:
-    cluster = ReplicatedLocalCluster(
+    cluster = LocalCluster(
         tmp_path, mms=3, replicas=2, fixed=0, on_demand_per_mm=1, retention_after_drain=1, log_level="INFO"
     )
     with cluster:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from hybridmq.broker.log.config import LogConfig
 from hybridmq.broker.mm.storage import PartitionStorage
-from hybridmq.local.replicated import ReplicatedLocalCluster
+from hybridmq.local.runner import LocalCluster
 
 PARTITION = "local-fixed-0"
 BATCHES = 100_000  # seconds of reading back on this machine (~25 MB)
@@ -31,7 +31,7 @@ def _long_log(directory: Path) -> int:
     return end
 
 
-def _wait_in_sync(cluster: ReplicatedLocalCluster, timeout: float) -> None:
+def _wait_in_sync(cluster: LocalCluster, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         a = cluster.table()[PARTITION]
@@ -44,9 +44,7 @@ def _wait_in_sync(cluster: ReplicatedLocalCluster, timeout: float) -> None:
 def test_taking_over_a_long_log_keeps_the_lease(tmp_path: Path) -> None:
     template = tmp_path / "template"
     end = _long_log(template)
-    cluster = ReplicatedLocalCluster(
-        tmp_path / "run", mms=2, replicas=2, fixed=1, on_demand_per_mm=0, log_level="INFO"
-    )
+    cluster = LocalCluster(tmp_path / "run", mms=2, replicas=2, fixed=1, on_demand_per_mm=0, log_level="INFO")
     for mm in cluster.mm_names:
         shutil.copytree(template, tmp_path / "run" / mm / PARTITION)
     with cluster:

@@ -12,11 +12,10 @@ from failover_workload import until
 
 from hybridmq.api.frames import ErrorCode
 from hybridmq.client import ClientError, Fetcher, Producer
-from hybridmq.local.replicated import ReplicatedLocalCluster
 from hybridmq.local.runner import LocalCluster
 
 
-def _reported(cluster: ReplicatedLocalCluster, partition: str) -> dict[str, int]:
+def _reported(cluster: LocalCluster, partition: str) -> dict[str, int]:
     primary = cluster.table()[partition].primary or ""
     return dict(cluster.state()["reports"].get(primary, {}).get("partitions", {}).get(partition, {}))
 
@@ -33,9 +32,7 @@ async def _data_end(fetcher: Fetcher, partition: str) -> int:
 
 
 async def test_reader_cursor_survives_a_failover_and_bad_commits_are_refused(tmp_path: Path) -> None:
-    cluster = ReplicatedLocalCluster(
-        tmp_path, mms=3, replicas=2, fixed=1, on_demand_per_mm=0, log_level="INFO"
-    )
+    cluster = LocalCluster(tmp_path, mms=3, replicas=2, fixed=1, on_demand_per_mm=0, log_level="INFO")
     with cluster:
         partition = "local-fixed-0"
         producer = await Producer.connect(cluster.bootstrap, partition_type="fixed", partition=partition)

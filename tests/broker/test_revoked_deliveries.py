@@ -20,7 +20,7 @@ import pytest
 from failover_workload import until
 
 from hybridmq.client import Consumer, Message, Producer
-from hybridmq.local.replicated import ReplicatedLocalCluster
+from hybridmq.local.runner import LocalCluster
 
 QUEUE = "queue:revoked"
 COUNT = 40
@@ -29,13 +29,13 @@ Received = tuple[str, int, bool, float]  # partition, offset, redelivered, when
 
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[ReplicatedLocalCluster]:
+def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
     """3 MMs, 2 CMs, one fixed partition with 2 replicas."""
-    with ReplicatedLocalCluster(tmp_path, mms=3, cms=2, replicas=2, fixed=1, on_demand_per_mm=0) as c:
+    with LocalCluster(tmp_path, mms=3, cms=2, replicas=2, fixed=1, on_demand_per_mm=0) as c:
         yield c
 
 
-async def _produce(cluster: ReplicatedLocalCluster, partition: str) -> None:
+async def _produce(cluster: LocalCluster, partition: str) -> None:
     producer = await Producer.connect(cluster.bootstrap, partition_type="fixed", partition=partition)
     for i in range(COUNT):
         await producer.send(QUEUE, f"m{i}".encode())  # one message a batch: one delivery each
@@ -79,7 +79,7 @@ async def _slow_consumer(address: str) -> tuple[Consumer, list[Received]]:
     return slow, received
 
 
-async def test_deliveries_revoked_by_a_failover_are_not_handed_out(cluster: ReplicatedLocalCluster) -> None:
+async def test_deliveries_revoked_by_a_failover_are_not_handed_out(cluster: LocalCluster) -> None:
     fixed = cluster.table()["local-fixed-0"]
     await _produce(cluster, fixed.name)
     slow, slow_got = await _slow_consumer(cluster.bootstrap)
@@ -101,7 +101,7 @@ async def test_deliveries_revoked_by_a_failover_are_not_handed_out(cluster: Repl
     await fast.close()
 
 
-async def test_deliveries_of_a_closed_connection_are_not_handed_out(cluster: ReplicatedLocalCluster) -> None:
+async def test_deliveries_of_a_closed_connection_are_not_handed_out(cluster: LocalCluster) -> None:
     fixed = cluster.table()["local-fixed-0"]
     await _produce(cluster, fixed.name)
     cm0, cm1 = cluster.bootstraps.split(",")
@@ -119,7 +119,7 @@ async def test_deliveries_of_a_closed_connection_are_not_handed_out(cluster: Rep
 
 
 async def test_a_reconnected_consumer_hands_out_nothing_its_lost_connection_delivered(
-    cluster: ReplicatedLocalCluster,
+    cluster: LocalCluster,
 ) -> None:
     """The slow consumer's CM dies and it fails over to the other CM: the deliveries its client
     still held came through the dead connection, were given back and go to the others again."""

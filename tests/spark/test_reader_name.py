@@ -10,18 +10,18 @@ import pytest
 from pyspark.sql import SparkSession
 
 from hybridmq.client import BlockingProducer
-from hybridmq.local.replicated import ReplicatedLocalCluster
+from hybridmq.local.runner import LocalCluster
 
 pytestmark = pytest.mark.spark
 
 
-def _reader_lag(cluster: ReplicatedLocalCluster, partition: str) -> int | None:
+def _reader_lag(cluster: LocalCluster, partition: str) -> int | None:
     primary = cluster.table()[partition].primary or ""
     report = cluster.state()["reports"].get(primary, {}).get("partitions", {}).get(partition)
     return None if report is None else int(report.get("readerLag", 0))
 
 
-def _wait_lag(cluster: ReplicatedLocalCluster, partition: str, want: set[int]) -> int | None:
+def _wait_lag(cluster: LocalCluster, partition: str, want: set[int]) -> int | None:
     """The reported lag once it is one of ``want`` (reports come every 200 ms), else the last one."""
     lag = None
     for _ in range(100):
@@ -52,7 +52,7 @@ def _batch_ends(checkpoint: Path, partition: str) -> list[int]:
 
 
 def test_reader_name_commits_what_each_micro_batch_processed(spark: SparkSession, tmp_path: Path) -> None:
-    cluster = ReplicatedLocalCluster(tmp_path / "cluster", mms=2, replicas=1, fixed=1, on_demand_per_mm=0)
+    cluster = LocalCluster(tmp_path / "cluster", mms=2, replicas=1, fixed=1, on_demand_per_mm=0)
     with cluster:
         producer = BlockingProducer(cluster.bootstrap, partition_type="fixed", key="k")
         try:

@@ -7,8 +7,7 @@ from typing import Any
 
 from hybridmq.api.assignment import BrokerEntry, BrokerRole
 from hybridmq.api.lease_report import MMReport, PartitionReport
-from hybridmq.local.controller import LocalController
-from hybridmq.local.replicated import cluster_spec
+from hybridmq.local.controller import LocalController, cluster_spec
 
 MMS = ["mm-0", "mm-1", "mm-2"]
 

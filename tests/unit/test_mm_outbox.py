@@ -2,7 +2,7 @@
 delivery given back while it waited (a failed round gave its whole stream back) must not be sent:
 a consumer reading a streamed message would get a chunk after a gap.
 
-The round that fails is made deterministic with a control waiter that blocks and then fails, as a
+The round that fails is made deterministic with a control commit that blocks and then fails, as a
 replication commit does when a backup froze (the in-sync replicas never confirm in time).
 """
 
@@ -12,12 +12,14 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from hybridmq.api.frames import BatchFlag, ErrorCode, FrameType
 from hybridmq.broker.destinations.delivery import ConsumerLink
 from hybridmq.broker.log.config import LogConfig
-from hybridmq.broker.mm.partition import PartitionHost
-from hybridmq.broker.mm.replicated_host import CommitError
+from hybridmq.broker.mm.partition import CommitError, PartitionHost
 from hybridmq.broker.mm.storage import PartitionStorage
+from hybridmq.broker.replication import PartitionPrimary
 
 QUEUE = "queue:streams"
 CHUNKS = 4
@@ -76,11 +78,16 @@ def _contiguous(deliveries: list[dict[str, Any]]) -> list[int]:
     return order
 
 
-async def test_a_chunk_given_back_while_its_round_waits_is_not_sent(tmp_path: Path) -> None:
+async def test_a_chunk_given_back_while_its_round_waits_is_not_sent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     storage = PartitionStorage.open(tmp_path / "p", LogConfig(fsync="never"))
-    host = PartitionHost("p", storage, 0)
+    leader = PartitionPrimary(
+        storage.log, partition="p", replica_id="mm-0", epoch=0, replicas=("mm-0",), min_in_sync=1
+    )
+    host = PartitionHost("p", storage, leader)
     rounds = ControlRounds()
-    host.control_waiter = rounds
+    monkeypatch.setattr(host, "commit_control", rounds)
     host.start()
     producer = Wire()
     try:

@@ -128,8 +128,8 @@ async def test_epoch_fencing(tmp_path: Path) -> None:
     with pytest.raises(FencedEpochError):
         primary.append(b"old", 1, epoch=4)
     response = await fetch(primary, "b", 0, epoch=4)
-    assert response.error is ErrorCode.FENCED_EPOCH and response.records == b""
-    assert primary.handle_snapshot(SnapshotRequest("p0", "b", 3)).error is ErrorCode.FENCED_EPOCH
+    assert response.error is ErrorCode.STALE_EPOCH and response.records == b""
+    assert primary.handle_snapshot(SnapshotRequest("p0", "b", 3)).error is ErrorCode.STALE_EPOCH
     assert await fetch(primary, "zz", 0, epoch=5) == FetchResponse(
         "p0", 5, ErrorCode.UNKNOWN_REPLICA, 0, 0, 0
     )
@@ -243,7 +243,7 @@ def test_messages_round_trip_through_wire_dicts() -> None:
 
     for message in (
         FetchRequest("p", "b", 1, 5),
-        FetchResponse("p", 1, ErrorCode.FENCED_EPOCH, 3, 0, 9, b"\x00raw"),
+        FetchResponse("p", 1, ErrorCode.STALE_EPOCH, 3, 0, 9, b"\x00raw"),
         Snapshot("p", 2, ErrorCode.NONE, 10, 20, 15, b"state", None),
     ):
         wire = msgpack.unpackb(msgpack.packb(to_wire(message)))

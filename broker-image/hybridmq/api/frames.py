@@ -118,12 +118,20 @@ class FrameType(IntEnum):
     MARKER = 41
     PING = 50
     PONG = 51
-    FETCH = 70  # 60-62: REPLICA_* (broker/mm/replica_transport.py)
+    # Between MMs (a backup to its primary; broker/mm/replica_transport.py): the message ``m`` is a
+    # replication request, answered with OK carrying the response in ``m``.
+    REPLICA_FETCH = 60
+    REPLICA_EPOCH_END = 61
+    REPLICA_SNAPSHOT = 62
+    FETCH = 70
     FETCH_META = 71
     READER_COMMIT = 72  # a named reader's committed offset in one partition
 
 
 class ErrorCode(IntEnum):
+    # One vocabulary for clients, CMs, MMs and the replication between MMs (whose responses carry
+    # ``NONE`` when they succeeded).
+    NONE = 0
     PROTOCOL_ERROR = 1
     FRAME_TOO_LARGE = 2
     UNSUPPORTED_VERSION = 3
@@ -136,7 +144,7 @@ class ErrorCode(IntEnum):
     AUTH_BUSY = 15
     UNKNOWN_PARTITION = 20
     NOT_PRIMARY = 21
-    STALE_EPOCH = 22
+    STALE_EPOCH = 22  # the request's epoch is older than the partition's: refused (fencing)
     PARTITION_NOT_WRITABLE = 23
     MM_UNAVAILABLE = 24
     OUT_OF_ORDER_SEQUENCE = 25
@@ -147,6 +155,11 @@ class ErrorCode(IntEnum):
     INVALID_REQUEST = 30
     UNKNOWN_SUBSCRIPTION = 31
     STALE_DELIVERY = 32
+    # Replication between MMs.
+    UNKNOWN_EPOCH = 33  # the request's epoch is newer: this replica is behind (retry)
+    UNKNOWN_REPLICA = 34  # the fetching replica is not assigned to the partition
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND = 35  # stored, not acknowledged (retriable)
+    REPLICATION_TIMEOUT = 36  # stored but not replicated in time (resend: idempotent)
     INTERNAL = 50
 
 

@@ -35,6 +35,10 @@ class AssignmentSource(abc.ABC):
     async def stop(self) -> None:  # noqa: B027 - optional hook
         """Stop watching."""
 
+    async def refresh(self) -> None:  # noqa: B027 - optional hook
+        """Read the whole table again now, not from a watch that may have missed changes (a
+        lease-holder back from a lost lease must not act on an old table)."""
+
     def subscribe(self, listener: Listener) -> None:
         """Call ``listener()`` after every change."""
         self._listeners.append(listener)

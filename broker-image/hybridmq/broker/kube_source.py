@@ -115,6 +115,20 @@ class KubeAssignmentSource(AssignmentSource):
         for thread in threads:
             await asyncio.to_thread(thread.join, 2.0)
 
+    async def refresh(self) -> None:
+        """List the Partitions again and apply the listing (raises on failure)."""
+        from kubernetes import client
+
+        api = client.CustomObjectsApi(self._api_client)
+        listing = await asyncio.to_thread(
+            api.list_namespaced_custom_object, GROUP, VERSION, self.namespace, PARTITIONS, _request_timeout=5
+        )
+        self.apply_listing(PARTITIONS, list(cast(dict[str, Any], listing).get("items", [])))
+
+    def synced(self) -> bool:
+        """Both watches delivered their first listing."""
+        return bool(self._synced) and all(e.is_set() for e in self._synced.values())
+
     # -- conversion (pure, tested without a cluster) ----------------------------------------------
     def min_in_sync_default(self) -> int | None:
         if self._cluster_body is None:

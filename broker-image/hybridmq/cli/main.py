@@ -15,7 +15,6 @@ import argparse
 import asyncio
 import json
 import os
-import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -48,24 +47,8 @@ def _common_server(p: argparse.ArgumentParser, default_port: int) -> None:
         default=float(_env("LOG_SUMMARY_INTERVAL", "10") or 10),
         help="seconds: past 5 records of one message in this time, one summary with the count (0: off)",
     )
-    # Issue 4: assignments, liveness and failover from the local controller (``hybridmq local``).
+    # Assignments, liveness and failover from the local controller (``hybridmq local``).
     p.add_argument("--controller", default=_env("CONTROLLER"), help="local controller URL (broker-only)")
-
-
-def _source(path: str | None) -> Any:
-    """A JSON file when given; the Kubernetes source when the pod's env asks for it
-    (``HYBRIDMQ_ASSIGNMENT_SOURCE=kubernetes``); else an empty static source."""
-    from hybridmq.broker.assignment_source import FileAssignmentSource, StaticAssignmentSource
-
-    if path:
-        return FileAssignmentSource(path)
-    if os.environ.get("HYBRIDMQ_ASSIGNMENT_SOURCE") == "kubernetes":
-        from hybridmq.broker.kube_source import source_from_env
-
-        kube = source_from_env()
-        if kube is not None:
-            return kube
-    return StaticAssignmentSource()
 
 
 def _cluster_secret(args: argparse.Namespace) -> str:
@@ -99,8 +82,9 @@ async def _run_server(server: Any, http_bind: str | None) -> None:
 
 
 def cmd_mm(args: argparse.Namespace) -> None:
-    from hybridmq.broker.mm.server import MessageManager, MMConfig
+    from hybridmq.broker.mm.server import MMConfig
     from hybridmq.broker.runtime import run, setup_logging
+    from hybridmq.cli.compose import message_manager
 
     setup_logging(args.log_level, args.log_summary_interval)
     host, port = _split(args.bind)
@@ -118,24 +102,15 @@ def cmd_mm(args: argparse.Namespace) -> None:
         segment_bytes=args.segment_bytes,
         retention_interval=args.retention_interval,
     )
-    if args.controller:  # replicated MM, heartbeating to the local controller
-        from hybridmq.local.wiring import controller_mm
-
-        run(_run_server(controller_mm(config, args.controller), args.http_bind), args.name)
-        return
-    if not args.assignments and _env("ASSIGNMENT_SOURCE") == "kubernetes" and _env("CLUSTER"):
-        # In a pod run by the operator: replicated MM, Lease + report (hybridmq.broker.kube_wiring).
-        from hybridmq.broker.kube_wiring import kube_mm
-
-        run(_run_server(kube_mm(config), args.http_bind), args.name)
-        return
-    run(_run_server(MessageManager(config, _source(args.assignments)), args.http_bind), args.name)
+    mm = message_manager(config, controller=args.controller, assignments=args.assignments)
+    run(_run_server(mm, args.http_bind), args.name)
 
 
 def cmd_cm(args: argparse.Namespace) -> None:
     from hybridmq.broker.auth import AclTable, CredentialStore
-    from hybridmq.broker.cm.server import CMConfig, ConnectionManager
+    from hybridmq.broker.cm.server import CMConfig
     from hybridmq.broker.runtime import run, setup_logging
+    from hybridmq.cli.compose import connection_manager
 
     setup_logging(args.log_level, args.log_summary_interval)
     host, port = _split(args.bind)
@@ -150,19 +125,13 @@ def cmd_cm(args: argparse.Namespace) -> None:
         auth_failure_delay_s=args.auth_failure_delay,
     )
     config.directory_config = args.directory_config  # static application registrations
-    cm = ConnectionManager(
-        config, _source(args.assignments), CredentialStore.load(args.credentials), AclTable.load(args.acl)
+    cm = connection_manager(
+        config,
+        CredentialStore.load(args.credentials),
+        AclTable.load(args.acl),
+        controller=args.controller,
+        assignments=args.assignments,
     )
-    if args.controller:  # assignments from the local controller, fast re-routing
-        from hybridmq.local.wiring import controller_cm
-
-        cm = controller_cm(
-            config, args.controller, CredentialStore.load(args.credentials), AclTable.load(args.acl)
-        )
-    elif not args.assignments and _env("ASSIGNMENT_SOURCE") == "kubernetes" and _env("CLUSTER"):
-        from hybridmq.broker.kube_wiring import kube_cm  # fast re-routing on primary moves
-
-        cm = kube_cm(config, CredentialStore.load(args.credentials), AclTable.load(args.acl))
     run(_run_server(cm, args.http_bind), args.name)
 
 
@@ -283,7 +252,7 @@ def main(argv: list[str] | None = None) -> None:
     co.add_argument("--timeout", type=float, default=None)
     co.set_defaults(func=lambda a: asyncio.run(_consume(a)))
 
-    lo = sub.add_parser("local", help="1 CM + N MMs on loopback with a static assignment")
+    lo = sub.add_parser("local", help="CMs + N MMs on loopback (static, or replicated with --replicas)")
     lo.add_argument("--mms", type=int, default=1)
     lo.add_argument("--cms", type=int, default=1, help="number of CMs (cm-0 listens on --port)")
     lo.add_argument("--fixed-per-mm", type=int, default=2)
@@ -291,7 +260,7 @@ def main(argv: list[str] | None = None) -> None:
     lo.add_argument("--dir", default=".hybridmq-local")
     lo.add_argument("--port", type=int, default=7000)
     lo.add_argument("--fsync", choices=["group", "always", "never"], default="group")
-    # Issue 4: replication + failover through the local controller; process controls.
+    # Replication + failover through the local controller; process controls.
     lo.add_argument("action", nargs="*", help="kill|start <mm> or state, against a running cluster")
     lo.add_argument("--replicas", type=int, help="replicated partitions planned by the local controller")
     lo.add_argument("--fixed", type=int, help="fixed partitions (with --replicas; default: --mms)")
@@ -351,35 +320,9 @@ async def _admin(args: argparse.Namespace) -> None:
 
 
 def _cmd_local(args: argparse.Namespace) -> None:
-    if args.action or args.replicas:  # hybridmq.local.command
-        from hybridmq.local.command import run as run_replicated
+    from hybridmq.local.command import run as run_local
 
-        run_replicated(args)
-        return
-    from hybridmq.local.runner import LocalCluster
-
-    cluster = LocalCluster(
-        Path(args.dir),
-        mms=args.mms,
-        cms=args.cms,
-        fixed_per_mm=args.fixed_per_mm,
-        on_demand_per_mm=args.on_demand_per_mm,
-        cm_port=args.port,
-        fsync=args.fsync,
-    )
-
-    def interrupt(*_: object) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, interrupt)
-    cluster.start()
-    print(f"hybridmq local: CMs at {cluster.bootstraps}; Ctrl-C to stop", flush=True)
-    try:
-        cluster.wait()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        cluster.stop()
+    run_local(args)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,10 @@
-"""``hybridmq local`` with replication and failover, and its process controls.
+"""``hybridmq local``: a ``LocalCluster`` in the foreground, and its process controls.
 
-* ``hybridmq local --mms 3 --replicas 2 [--fixed N] [--on-demand-per-mm K]``: 1 CM + N MMs as
-  subprocesses, partitions planned by the in-process controller (operator planner, 1 s lease);
-  the controller URL is written to ``<dir>/controller.json``.
+* ``hybridmq local --mms N [--cms M]``: CMs + N MMs as subprocesses with a static assignment
+  (``--fixed-per-mm``, ``--on-demand-per-mm`` partitions of one replica each).
+* ``hybridmq local --mms 3 --replicas 2 [--fixed N] [--on-demand-per-mm K]``: partitions planned by
+  the in-process controller (operator planner, 1 s lease), which fails them over; the controller URL
+  is written to ``<dir>/controller.json``.
 * ``hybridmq local kill mm-1 [--signal KILL|STOP|CONT|TERM]``, ``hybridmq local start mm-1``,
   ``hybridmq local state``: talk to the running one (same ``--dir``) through the controller's HTTP API
   (``POST /kill/<mm>?signal=…``, ``POST /start/<mm>``, ``GET /state``), presenting the cluster
@@ -42,12 +44,14 @@ def run(args: argparse.Namespace) -> None:
     if args.action:
         control(args)
         return
-    from hybridmq.local.replicated import ReplicatedLocalCluster
+    from hybridmq.local.runner import LocalCluster
 
-    cluster = ReplicatedLocalCluster(
+    cluster = LocalCluster(
         Path(args.dir),
         mms=args.mms,
-        replicas=args.replicas or 1,
+        cms=args.cms,
+        replicas=args.replicas,
+        fixed_per_mm=args.fixed_per_mm,
         fixed=args.fixed,
         on_demand_per_mm=args.on_demand_per_mm,
         retention_after_drain=args.retention_after_drain,
@@ -60,9 +64,11 @@ def run(args: argparse.Namespace) -> None:
 
     signal.signal(signal.SIGTERM, interrupt)
     cluster.start()
+    replicated = (
+        f", controller at {cluster.controller_url} ({args.replicas} replicas)" if args.replicas else ""
+    )
     print(
-        f"hybridmq local: CM at {cluster.bootstrap}, controller at {cluster.controller_url} "
-        f"({args.mms} MMs, {args.replicas} replicas); Ctrl-C to stop",
+        f"hybridmq local: CMs at {cluster.bootstraps} ({args.mms} MMs){replicated}; Ctrl-C to stop",
         flush=True,
     )
     try:

@@ -75,6 +75,29 @@ def replica_reports(
     return out
 
 
+def cluster_spec(
+    *,
+    fixed: int,
+    replicas: int,
+    on_demand_per_mm: int,
+    on_demand_replicas: int | None = None,
+    retention_after_drain: int = 300,
+) -> BrokerClusterSpec:
+    """The ``BrokerCluster`` partitions the controller plans (``minInSync`` 2 when it can be)."""
+    return BrokerClusterSpec.model_validate(
+        {
+            "partitions": {
+                "fixed": {"count": fixed, "replicas": replicas, "minInSync": min(2, replicas)},
+                "onDemand": {
+                    "perMessageManager": on_demand_per_mm,
+                    "replicas": on_demand_replicas or replicas,
+                    "retentionAfterDrainSeconds": retention_after_drain,
+                },
+            }
+        }
+    )
+
+
 class LocalController:
     def __init__(
         self,

@@ -6,7 +6,8 @@ Every ``interval_s`` the MM posts its name, a per-process incarnation id and its
 it ends no later than the controller's view of it) **and** the MM has applied the assignment
 version the controller named in its reply (a primary that was frozen, e.g. SIGSTOP, learns of the
 newer epoch before it may write again). ``trigger()`` sends one at once (an in-sync change).
-Each heartbeat presents the cluster secret.
+Each heartbeat presents the cluster secret. It is the MM's ``Liveness`` (``broker/mm/liveness.py``)
+under the local controller; ``start(holder)`` gives it the report to carry.
 """
 
 from __future__ import annotations
@@ -21,18 +22,24 @@ from typing import Any
 import aiohttp
 
 from hybridmq.broker.auth import cluster_secret
+from hybridmq.broker.mm.liveness import LeaseHolder
 from hybridmq.local.source import ControllerSource
 
 LOG = logging.getLogger(__name__)
 
 
+def _no_report() -> dict[str, Any]:
+    return {}
+
+
 class Heartbeat:
+    commits_in_sync = True  # the controller commits the in-sync changes this MM reports
+
     def __init__(
         self,
         url: str,
         secret: str,
         name: str,
-        report: Callable[[], dict[str, Any]],
         source: ControllerSource | None = None,
         *,
         interval_s: float = 0.2,
@@ -41,7 +48,7 @@ class Heartbeat:
         self.url = url.rstrip("/")
         self.headers = cluster_secret.bearer(secret)
         self.name = name
-        self.report = report
+        self.report: Callable[[], dict[str, Any]] = _no_report
         self.source = source
         self.interval_s = interval_s
         self.lease_s = lease_s
@@ -73,7 +80,16 @@ class Heartbeat:
     def trigger(self) -> None:
         self._wake.set()
 
-    async def start(self) -> None:
+    def stats(self) -> dict[str, Any]:
+        return {
+            "valid": self.valid(),
+            "remaining_s": round(self.remaining_s(), 3),
+            "sent": self.sent,
+            "failures": self.failures,
+        }
+
+    async def start(self, holder: LeaseHolder) -> None:
+        self.report = holder.report
         self._session = aiohttp.ClientSession()
         await self.beat()
         self._task = asyncio.create_task(self._run())

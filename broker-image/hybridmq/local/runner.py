@@ -1,10 +1,20 @@
-"""``LocalCluster``: M CMs + N MMs as real subprocesses on loopback, with a static assignment file.
+"""``LocalCluster``: M CMs + N MMs as real subprocesses on loopback: what ``hybridmq local`` runs.
 
-Each MM leads ``fixed_per_mm`` fixed and ``on_demand_per_mm`` on-demand partitions (one replica, epoch
-0). The assignment file is what the processes' ``FileAssignmentSource`` watches, so a controller (issue
-4) can rewrite it. Tests use this class too: ``kill_mm`` / ``kill_cm`` (any signal, e.g. SIGKILL),
-``start_mm`` / ``start_cm``, ``cms=M`` (CMs ``cm-0`` .. ``cm-<M-1>``; ``bootstraps`` lists them all),
-``stop`` (terminates and reaps every process it started, nothing else).
+Two ways to assign partitions, the brokers being the same:
+
+* ``replicas=None``: a static assignment file. Each MM leads ``fixed_per_mm`` fixed and
+  ``on_demand_per_mm`` (default 2) on-demand partitions (one replica, epoch 0); the file is what
+  the processes' ``FileAssignmentSource`` watches.
+* ``replicas=R``: replication and failover. The processes start with ``--controller URL``: the
+  in-process ``LocalController`` (this process, its own thread) plans the partitions with the
+  operator's pure planner (``fixed`` partitions, default one per MM, and ``on_demand_per_mm``,
+  default 1, each with R replicas), pushes the table, takes the MMs' heartbeats (``lease_s``) and
+  fails partitions over when one lapses. ``<dir>/controller.json`` names the controller URL for
+  ``hybridmq local kill mm-1``; its HTTP API drives the processes too (``POST /kill/mm-1?signal=KILL``).
+
+Tests use this class too: ``kill_mm`` / ``kill_cm`` (any signal, e.g. SIGKILL), ``start_mm`` /
+``start_cm``, ``cms=M`` (CMs ``cm-0`` .. ``cm-<M-1>``; ``bootstraps`` lists them all), ``stop``
+(terminates and reaps every process it started, nothing else).
 
 Each run generates a fresh cluster secret, written to ``<dir>/cluster-secret`` (mode 0600) and
 handed to the processes as ``HYBRIDMQ_CLUSTER_SECRET_FILE`` (not on their command line, where
@@ -21,13 +31,18 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from hybridmq.api.assignment import BrokerEntry, BrokerRole, PartitionAssignment, PartitionType
+from hybridmq.api.resources import BrokerClusterSpec
 from hybridmq.broker.assignment_source import StaticAssignmentSource
 from hybridmq.broker.auth import cluster_secret
+from hybridmq.local.controller import LocalController, cluster_spec
 
 SECRET_FILE = "cluster-secret"
+SIGNALS = {"KILL": signal.SIGKILL, "TERM": signal.SIGTERM, "STOP": signal.SIGSTOP, "CONT": signal.SIGCONT}
 
 
 def free_port() -> int:
@@ -43,8 +58,13 @@ class LocalCluster:
         *,
         mms: int = 1,
         cms: int = 1,
+        replicas: int | None = None,
         fixed_per_mm: int = 2,
-        on_demand_per_mm: int = 2,
+        on_demand_per_mm: int | None = None,
+        fixed: int | None = None,
+        retention_after_drain: int = 300,
+        lease_s: float = 1.0,
+        spec: BrokerClusterSpec | None = None,
         cm_port: int | None = None,
         fsync: str = "group",
         credentials: Path | None = None,
@@ -65,8 +85,23 @@ class LocalCluster:
         self.fsync = fsync
         self.credentials = credentials
         self.acl = acl
-        self.mm_args = mm_args or []
-        self.cm_args = cm_args or []
+        self.mm_args = list(mm_args or [])
+        self.cm_args = list(cm_args or [])
+        self.controller: LocalController | None = None
+        if replicas is not None:
+            self.controller_port = free_port()
+            url = f"http://127.0.0.1:{self.controller_port}"
+            self.mm_args = ["--controller", url, *self.mm_args]
+            self.cm_args = ["--controller", url, *self.cm_args]
+            self.spec = spec or cluster_spec(
+                fixed=fixed if fixed is not None else mms,
+                replicas=replicas,
+                on_demand_per_mm=on_demand_per_mm if on_demand_per_mm is not None else 1,
+                retention_after_drain=retention_after_drain,
+            )
+            fixed_per_mm = on_demand_per_mm = 0  # the controller plans them
+        elif on_demand_per_mm is None:
+            on_demand_per_mm = 2
         self.log_level = log_level
         self.cluster_secret = cluster_secret.generate()
         self.secret_file = cluster_secret.write_file(self.dir / SECRET_FILE, self.cluster_secret)
@@ -119,6 +154,21 @@ class LocalCluster:
         self.assignments = self.dir / "assignments.json"
         self.assignments.write_text(self.source.to_json())
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        if replicas is not None:
+            self.controller = LocalController(
+                self.mm_names,
+                brokers,
+                spec=self.spec,
+                lease_s=lease_s,
+                port=self.controller_port,
+                on_signal=lambda name, sig: self.kill_mm(name, SIGNALS[sig]),
+                on_start=self.start_mm,
+                secret=self.cluster_secret,
+            )
+
+    @property
+    def controller_url(self) -> str | None:
+        return self.controller.url if self.controller is not None else None
 
     @property
     def bootstrap(self) -> str:
@@ -145,7 +195,7 @@ class LocalCluster:
         self.procs[name] = proc
         return proc
 
-    def start_mm(self, name: str) -> None:
+    def start_mm(self, name: str, wait: bool = True) -> None:
         self._spawn(
             name,
             [
@@ -167,7 +217,8 @@ class LocalCluster:
                 *self.mm_args,
             ],
         )
-        wait_port(self.mm_ports[name])
+        if wait:
+            wait_port(self.mm_ports[name])
 
     def start_cm(self, name: str = "cm-0") -> None:
         args = [
@@ -192,11 +243,29 @@ class LocalCluster:
         wait_port(self.cm_ports[name])
 
     def start(self) -> LocalCluster:
-        for n in self.mm_names:
-            self.start_mm(n)
-        for c in self.cm_names:
-            self.start_cm(c)
-        self.wait_linked()
+        if self.controller is None:
+            for n in self.mm_names:
+                self.start_mm(n)
+            for c in self.cm_names:
+                self.start_cm(c)
+            self.wait_linked()
+            return self
+        self.controller.start()
+        (self.dir / "controller.json").write_text(json.dumps({"url": self.controller.url}))
+        try:
+            # Spawned from this thread: the children get SIGTERM when the thread that forked them
+            # ends (``PR_SET_PDEATHSIG``), so no helper threads here. The MMs start in parallel.
+            for name in self.mm_names:
+                self.start_mm(name, wait=False)
+            for name in self.mm_names:
+                wait_port(self.mm_ports[name])
+            for cm in self.cm_names:
+                self.start_cm(cm)
+            self.wait_linked()
+            self.wait_in_sync()
+        except BaseException:
+            self.stop()
+            raise
         return self
 
     def wait_linked(self, timeout: float = 20.0) -> None:
@@ -234,10 +303,17 @@ class LocalCluster:
         return self.procs[name].pid
 
     def wait(self) -> None:
-        while all(p.poll() is None for p in self.procs.values()):
+        """Serve until interrupted; without a controller, until a process ends (with one, an MM
+        killed on purpose does not end the cluster)."""
+        while self.controller is not None or all(p.poll() is None for p in self.procs.values()):
             time.sleep(0.5)
 
     def stop(self) -> None:
+        if self.controller is not None:
+            self.controller.stop()  # first: no failover storm while the brokers go away
+            for proc in self.procs.values():  # a stopped process cannot handle SIGTERM
+                if proc.poll() is None:
+                    proc.send_signal(signal.SIGCONT)
         for proc in self.procs.values():
             if proc.poll() is None:
                 proc.terminate()
@@ -253,6 +329,55 @@ class LocalCluster:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+    # -- views -----------------------------------------------------------------------------------
+    def table(self) -> dict[str, PartitionAssignment]:
+        if self.controller is None:
+            return self.source.partitions()
+        controller = self.controller
+        table: tuple[PartitionAssignment, ...] = controller.call(lambda: controller.assignments)
+        return {a.name: a for a in table}
+
+    def partitions(self, ptype: PartitionType | None = None) -> list[PartitionAssignment]:
+        return [a for a in self.table().values() if ptype is None or a.type == ptype]
+
+    def state(self) -> dict[str, Any]:
+        """The controller's view (liveness, reports, table, planner events)."""
+        if self.controller is None:
+            raise RuntimeError("a LocalCluster without replicas has no controller")
+        return self.controller.snapshot()
+
+    def mm_stats(self, name: str) -> dict[str, Any]:
+        """The MM's own ``/admin`` stats (roles, epochs, high watermarks, delivery states)."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.mm_http[name]}/admin", timeout=5) as r:
+            return dict(json.loads(r.read()))
+
+    def wait_until(self, predicate: Callable[[], bool], timeout: float = 20.0, what: str = "") -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if predicate():
+                return
+            time.sleep(0.05)
+        raise TimeoutError(f"timed out waiting for {what or predicate}")
+
+    def wait_in_sync(self, timeout: float = 30.0) -> None:
+        """Every partition has a primary and all its replicas in sync, and every MM heartbeats
+        (at once without a controller: one replica each, always in sync)."""
+        if self.controller is None:
+            return
+
+        def ok() -> bool:
+            st = self.state()
+            running = {n for n, p in self.procs.items() if n in self.mm_ports and p.poll() is None}
+            if not running <= set(st["live"]) or not running <= set(st["last_seen_s"]):
+                return False
+            return all(
+                a["primary"] is not None and set(a["in_sync"]) == set(a["replicas"])
+                for a in st["partitions"]
+                if a["state"] != "Draining"
+            )
+
+        self.wait_until(ok, timeout, "every partition fully in sync")
 
 
 def _die_with_parent() -> None:

@@ -19,6 +19,25 @@ handled without decoding any record:
 
 Back-pressure: the CM stops reading a client while the MM link it forwards to has a full write
 buffer; deliveries are bounded by the consumer windows the MMs enforce.
+
+Following the assignment table (whatever the ``AssignmentSource``: a file, the local controller,
+Kubernetes):
+
+* An MM whose address changed (a restarted pod keeps its name, not its IP) gets a new link (it
+  replays the subscriptions; requests pending on the old one fail and are resent).
+* Produce requests forwarded to an MM that is no longer the primary of their partition would wait
+  for ever if that MM is frozen (SIGSTOP, a long GC pause, a half-open network): the client only
+  resends after an error. So when a new table moves a partition's primary away from an MM, the CM
+  drops its link to that MM: every request pending on it fails at once (MM_UNAVAILABLE, which the
+  producer resends, now to the new primary at the new epoch; the sequence numbers drop what was
+  stored twice). The link reconnects by itself and replays the subscriptions.
+* Deliveries made by the old primary are void once a partition moves to a new epoch: the new
+  primary hands every unacknowledged batch out again, flagged, possibly to another consumer. A
+  consumer may still hold old deliveries it has not handed to its application yet; handed out after
+  the flagged repeat, they would be unflagged repeats. So every consumer session gets a REVOKE
+  (partition, new epoch) as soon as this CM learns of the epoch, from the table or from the first
+  delivery at that epoch it relays (whichever comes first, so a REVOKE always precedes the new
+  primary's deliveries on a session); the client drops older ones.
 """
 
 from __future__ import annotations
@@ -118,10 +137,15 @@ class ConnectionManager:
         self.acl = acl or AclTable()
         self.ids = IdGenerator(config.name)
         self.links: dict[str, MMLink] = {}
+        self._retired: set[asyncio.Task[None]] = set()  # links to an MM's old address, stopping
+        self._primaries: dict[str, str | None] = {}  # partition -> primary MM, as last seen
+        self._epochs: dict[str, int] = {}  # partition -> newest epoch seen (table or delivery)
         self.sessions: dict[str, Session] = {}
         self.subs: dict[str, SubEntry] = {}
         self._rr = itertools.count()
         self._server: asyncio.base_events.Server | None = None
+        self._log_events: LogEventBuffer | None = None
+        self._log_task: asyncio.Task[None] | None = None
         self.ready = False
         self.produced_batches = 0
         self.delivered_batches = 0
@@ -137,13 +161,16 @@ class ConnectionManager:
     async def start(self) -> None:
         self.config.cluster_secret = cluster_secret.require(self.config.cluster_secret)
         await self.source.start()
-        self.source.subscribe(self._sync_links)
+        table = self.source.partitions()
+        self._primaries = {n: a.primary for n, a in table.items()}
+        self._epochs = {n: a.epoch for n, a in table.items()}
+        self.source.subscribe(self._on_table)
         self._sync_links()
         self._server = await asyncio.start_server(
             self._serve, self.config.host, self.config.port, limit=2 * 1024 * 1024
         )
         self._log_events = LogEventBuffer(self.config.name, "cm").install()
-        self._log_task = asyncio.create_task(self._publish_log_events())
+        self._log_task = asyncio.create_task(self._publish_log_events(self._log_events))
         self.ready = True
         log.info("cm %s listening on %s:%d", self.config.name, self.config.host, self.config.port)
 
@@ -156,18 +183,19 @@ class ConnectionManager:
         for link in self.links.values():
             await link.stop()
         await self.source.stop()
-        if hasattr(self, "_log_task"):
+        if self._log_task is not None:
             self._log_task.cancel()
+        if self._log_events is not None:
             self._log_events.remove()
 
-    async def _publish_log_events(self) -> None:
+    async def _publish_log_events(self, events: LogEventBuffer) -> None:
         """Forward this CM's log events to ``topic:_LOG`` in the internal log partition of one MM
         (never a user partition); CMs spread over the MMs by name."""
         while True:
             await asyncio.sleep(0.5)
-            self._log_events.summarizer.tick()
+            events.summarizer.tick()
             live = sorted(n for n in self.links if self._link_up(n))
-            taken = self._log_events.take_blob() if live else None
+            taken = events.take_blob() if live else None
             if taken is None:
                 continue
             mm = live[zlib.crc32(self.config.name.encode()) % len(live)]
@@ -188,7 +216,46 @@ class ConnectionManager:
             )
             fut.add_done_callback(lambda f: f.exception())
 
+    def _on_table(self) -> None:
+        self._sync_links()
+        table = self.source.partitions()
+        demoted: set[str] = set()
+        for name, a in table.items():
+            old = self._primaries.get(name)
+            if old is not None and old != a.primary:
+                demoted.add(old)
+            self._new_epoch(name, a.epoch)
+        self._primaries = {n: a.primary for n, a in table.items()}
+        for mm in sorted(demoted):
+            link = self.links.get(mm)
+            if link is not None and link.conn is not None and not link.conn.closed:
+                log.info("%s is no longer primary of some partitions: resetting the link", mm)
+                link.conn.close()
+
+    def _new_epoch(self, partition: str, epoch: int) -> None:
+        """Revoke the older epochs' deliveries of ``partition`` on every consumer session."""
+        known = self._epochs.get(partition)
+        self._epochs[partition] = max(epoch, known if known is not None else epoch)
+        if known is None or epoch <= known:
+            return
+        revoke = {"t": FrameType.REVOKE, "p": partition, "e": epoch}
+        for session in list(self.sessions.values()):
+            if session.subs and not session.conn.closed:
+                try:
+                    session.conn.send_nowait(dict(revoke))
+                except ConnectionClosed:
+                    pass
+
     def _sync_links(self) -> None:
+        for b in self.source.brokers().values():
+            link = self.links.get(b.name)
+            if b.role != BrokerRole.MM or link is None or link.address == b.address:
+                continue
+            log.info("mm %s moved from %s to %s: relinking", b.name, link.address, b.address)
+            del self.links[b.name]
+            task = asyncio.get_running_loop().create_task(link.stop())
+            self._retired.add(task)
+            task.add_done_callback(self._retired.discard)
         for b in self.source.brokers().values():
             if b.role == BrokerRole.MM and b.name not in self.links:
                 link = MMLink(
@@ -213,6 +280,9 @@ class ConnectionManager:
     def _on_mm_frame(self, link: MMLink, frame: dict[str, Any]) -> None:
         if frame["t"] != FrameType.DELIVER:
             return
+        epoch = frame.get("e")
+        if epoch is not None:
+            self._new_epoch(str(frame.get("p", "")), int(epoch))
         entry = self.subs.get(frame.get("s", ""))
         if entry is None or entry.session.conn.closed:
             return

@@ -43,6 +43,8 @@ class ConsumerLink:
     inflight_bytes: int = 0
     states: list[DeliveryState] = field(default_factory=list)
     allow: tuple[str, ...] | None = None  # the subscriber's consume grants (None: no ACLs)
+    # (pattern, match mode, durable name): attached again to partitions the MM starts hosting later
+    subscriptions: list[tuple[str, str, str | None]] = field(default_factory=list)
 
     def has_credit(self) -> bool:
         return (

@@ -11,14 +11,16 @@ redelivered, flagged, or was already acknowledged. Without ``c`` nothing is answ
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hybridmq.api.frames import ErrorCode, FrameType
 from hybridmq.protocol import Connection
 
+if TYPE_CHECKING:
+    from hybridmq.broker.mm.server import MessageManager
 
-def handle(mm: Any, conn: Connection, frame: dict[str, Any]) -> None:
-    """``mm`` is the ``MessageManager`` (``links``, ``hosts``, ``wake``)."""
+
+def handle(mm: MessageManager, conn: Connection, frame: dict[str, Any]) -> None:
     nack = frame["t"] == FrameType.NACK
     answer = frame.get("c") is not None
     link = mm.links.get((id(conn), frame["s"]))

@@ -85,7 +85,7 @@ def handle(mm: MessageManager, conn: Connection, frame: dict[str, Any]) -> None:
         pids = frame.get("pids")
         partitions: dict[str, dict[str, Any]] = {}
         for name, host in list(mm.hosts.items()):
-            if host.primary and (wanted is None or name in wanted):
+            if host.serving and (wanted is None or name in wanted):
                 partitions[name] = meta = dict[str, Any](partition_meta(host))
                 if pids:
                     meta["producers"] = producer_states(host, list(pids))
@@ -103,7 +103,7 @@ def primary_host(mm: MessageManager, name: str, frame: dict[str, Any]) -> Partit
     else the NOT_PRIMARY error frame to answer."""
     corr = frame.get("c")
     host = mm.hosts.get(name)
-    if host is None or not host.primary:
+    if host is None or not host.serving:
         return error_frame(ErrorCode.NOT_PRIMARY, f"{mm.config.name} is not primary of {name}", corr)
     epoch = frame.get("pe")
     if epoch is not None and int(epoch) > host.epoch:

@@ -1,9 +1,12 @@
 """One partition hosted by this MM as primary: produce (with group commit), delivery, cursors.
 
 Produce: requests queue per partition; one worker takes everything queued, appends each batch to the
-log (offsets assigned here), awaits ONE group-commit flush for all of them and only then sends the
-PRODUCE_ACKs (an acknowledged record is on disk). The epoch in each request must equal the
-partition's current epoch (older: STALE_EPOCH; this MM not primary: NOT_PRIMARY).
+log (offsets assigned here), awaits ONE commit for all of them (group-commit flush, then the high
+watermark of the partition's ``PartitionPrimary``: ``min_in_sync`` copies) and only then sends the
+PRODUCE_ACKs. Every append first passes ``PartitionPrimary.check_append``, the one place that checks
+the request's epoch (older: STALE_EPOCH, newer: NOT_PRIMARY), the lease (NOT_PRIMARY), the in-sync
+count (NOT_ENOUGH_REPLICAS) and a new idempotent producer's first sequence. A partition with one
+replica is a primary with no backups: the same path, committed once flushed.
 
 Flow control toward producers: while the backlog (log end minus the lowest cursor of any queue or
 subscription) exceeds ``max_backlog`` records the worker stops appending, so produce acks stop,
@@ -33,10 +36,11 @@ from __future__ import annotations
 
 import asyncio
 import heapq
+import itertools
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 from hybridmq.api.frames import (
@@ -68,9 +72,39 @@ from hybridmq.broker.log.errors import (
 )
 from hybridmq.broker.mm.attached import AttachedProducers
 from hybridmq.broker.mm.storage import PartitionStorage
+from hybridmq.broker.replication import (
+    FencedEpochError,
+    NotEnoughReplicasError,
+    NotPrimaryError,
+    PartitionPrimary,
+    ReplicationError,
+)
 from hybridmq.protocol.connection import ConnectionClosed
 
 log = logging.getLogger(__name__)
+
+# How a refused append is answered: every one is retriable but a stale epoch.
+_REFUSED: tuple[tuple[type[Exception], ErrorCode], ...] = (
+    (FencedEpochError, ErrorCode.STALE_EPOCH),
+    (StaleEpochError, ErrorCode.STALE_EPOCH),
+    (NotPrimaryError, ErrorCode.NOT_PRIMARY),
+    (NotEnoughReplicasError, ErrorCode.NOT_ENOUGH_REPLICAS),
+    (OutOfOrderSequenceError, ErrorCode.OUT_OF_ORDER_SEQUENCE),
+    (ProducerFencedError, ErrorCode.PRODUCER_FENCED),
+)
+
+
+class CommitError(Exception):
+    """A commit that failed: ``frame_code`` is the error the waiting requests get instead
+    (NOT_PRIMARY or MM_UNAVAILABLE: both make the client resend; the resend is stored once)."""
+
+    def __init__(self, code: ErrorCode, msg: str) -> None:
+        super().__init__(msg)
+        self.frame_code = code
+
+
+def _never() -> bool:
+    return False
 
 
 class PartitionHost:
@@ -78,17 +112,27 @@ class PartitionHost:
         self,
         name: str,
         storage: PartitionStorage,
-        epoch: int,
+        leader: PartitionPrimary,
         *,
         max_backlog: int = 1_000_000,
         max_redeliveries: int = 5,
         wake: Any = None,
+        catching_up: Callable[[], bool] = _never,
+        commit_timeout_s: float = 5.0,
+        only_destination: str | None = None,
+        retain_bytes: int | None = None,
     ) -> None:
         self.name = name
         self.storage = storage
-        self.epoch = epoch
-        self.primary = True
+        self.leader = leader
+        self.serving = True
         self.writable = True
+        # The lease is only waiting for this MM to apply the controller's newest table.
+        self._catching_up = catching_up
+        self.commit_timeout_s = commit_timeout_s
+        # The MM's internal log: one destination, retention by size (``internal_log.py``).
+        self.only_destination = only_destination
+        self.retain_bytes = retain_bytes
         self.max_backlog = max_backlog
         self.max_redeliveries = max_redeliveries
         self.states: dict[str, DeliveryState] = {}
@@ -99,12 +143,6 @@ class PartitionHost:
         self._wake = wake or (lambda: None)
         self._tasks: list[asyncio.Task[None]] = []
         self.appended_records = 0
-        # Replication plugs in here: awaited after the local flush, before any ack is sent
-        # and before the records become visible to consumers (the high watermark).
-        self.commit_waiter: Callable[[int], Awaitable[None]] | None = None
-        # The same for control records (cursors, delivery counts): they need only be on every
-        # replica that may be promoted, not on ``min_in_sync`` of them (default: commit_waiter).
-        self.control_waiter: Callable[[int], Awaitable[None]] | None = None
         self.retention_interval = 5.0
         # Waiting for the control committer: deliveries (sent once their records are committed),
         # Redelivery records, and acknowledgements to answer.
@@ -119,6 +157,10 @@ class PartitionHost:
         # the MM's own ``topic:_LOG`` events, are nothing a reader must be held for).
         self.readers: dict[str, int] = {}
         self.data_end = 0
+
+    @property
+    def epoch(self) -> int:
+        return self.leader.epoch
 
     # -- lifecycle -------------------------------------------------------------------------------
     def recover(self) -> None:
@@ -180,6 +222,28 @@ class PartitionHost:
         except Exception:
             log.exception("closing %s", self.name)
 
+    async def halt(self) -> None:
+        """Stop serving (tasks cancelled, queued produces refused) but leave the log open: the
+        backup role that follows a demotion keeps using it."""
+        self.serving = False
+        # Let a produce worker that is failing its pending acknowledgements send them first.
+        for _ in range(3):
+            await asyncio.sleep(0)
+        for _ in range(10):  # cancel again if a task swallowed it (3.11 wait_for races)
+            pending = [t for t in self._tasks if not t.done()]
+            if not pending:
+                break
+            for t in pending:
+                t.cancel()
+            await asyncio.wait(pending, timeout=0.5)
+        self._tasks.clear()
+        moved = f"{self.name} moved to another primary"
+        self.refuse_ack_replies(ErrorCode.NOT_PRIMARY, moved)
+        queued = list(self._produce_q)
+        self._produce_q.clear()
+        for conn, frame in queued:
+            _send(conn, error_frame(ErrorCode.NOT_PRIMARY, moved, frame.get("c")))
+
     # -- produce ---------------------------------------------------------------------------------
     def enqueue_produce(self, conn: Any, frame: dict[str, Any]) -> None:
         self._produce_q.append((conn, frame))
@@ -225,13 +289,12 @@ class PartitionHost:
             try:
                 end = self.storage.end_offset
                 await self.storage.flush(end)
-                if self.commit_waiter is not None:
-                    await self.commit_waiter(end)
+                await self.commit(end)
                 self.storage.visible_end = max(self.storage.visible_end, end)
             except Exception as exc:
-                # Replication fails a commit with a retriable ``frame_code`` (NOT_PRIMARY,
-                # MM_UNAVAILABLE): the producers resend and the sequence numbers drop duplicates.
-                code = getattr(exc, "frame_code", None)
+                # A failed commit has a retriable ``frame_code`` (NOT_PRIMARY, MM_UNAVAILABLE): the
+                # producers resend and the sequence numbers drop duplicates.
+                code = exc.frame_code if isinstance(exc, CommitError) else None
                 if code is None:
                     log.exception("flush failed on %s", self.name)
                 acks = [
@@ -243,15 +306,31 @@ class PartitionHost:
                 _send(conn, reply)
             self._wake()
 
+    async def commit(self, end: int, *, min_in_sync: bool = True) -> None:
+        """Return once every record below ``end`` is flushed and covered by the high watermark
+        (``min_in_sync=False``: on every in-sync replica, however few: enough for control records,
+        since only an in-sync replica is ever promoted) while the lease still holds."""
+        try:
+            async with asyncio.timeout(self.commit_timeout_s):
+                await self.leader.wait_committed(end, min_in_sync=min_in_sync)
+        except NotPrimaryError as exc:
+            raise CommitError(ErrorCode.NOT_PRIMARY, str(exc)) from None
+        except (ReplicationError, TimeoutError) as exc:
+            raise CommitError(ErrorCode.MM_UNAVAILABLE, f"not replicated: {exc!r}") from None
+        for _ in range(10):  # a table update in flight (lease waiting for it): give it ~0.2 s
+            if self.leader.writable or not self._catching_up():
+                break
+            await asyncio.sleep(0.02)
+        if not self.leader.writable:
+            # The lease must still hold when the acknowledgements go out.
+            raise CommitError(ErrorCode.NOT_PRIMARY, f"{self.name}: lease lost before acknowledging")
+
     def _append_one(self, frame: dict[str, Any]) -> dict[str, Any]:
         corr = frame.get("c")
-        epoch = int(frame.get("e", self.epoch))
-        if epoch < self.epoch:
-            return error_frame(ErrorCode.STALE_EPOCH, f"epoch {epoch} < {self.epoch} on {self.name}", corr)
-        if epoch > self.epoch or not self.primary:
-            return error_frame(ErrorCode.NOT_PRIMARY, f"not primary of {self.name} at epoch {epoch}", corr)
-        if not self.writable:
-            return error_frame(ErrorCode.PARTITION_NOT_WRITABLE, f"{self.name} takes no writes", corr)
+        if self.only_destination is not None and frame.get("d") != self.only_destination:
+            return error_frame(
+                ErrorCode.INVALID_REQUEST, f"{self.name} only takes {self.only_destination}", corr
+            )
         try:
             dest = str(frame["d"])
             count = int(frame["n"])
@@ -259,6 +338,11 @@ class PartitionHost:
             if count < 1 or not isinstance(blob, bytes):
                 raise ValueError("bad count or blob")
             pid = frame.get("pid")
+            producer_id = int(pid) if pid is not None else -1
+            base_sequence = int(frame.get("seq", -1))
+            self.leader.check_append(int(frame.get("e", self.epoch)), producer_id, base_sequence)
+            if not self.writable:
+                return error_frame(ErrorCode.PARTITION_NOT_WRITABLE, f"{self.name} takes no writes", corr)
             base, last, dup = self.storage.append(
                 dest,
                 count,
@@ -267,20 +351,17 @@ class PartitionHost:
                 int(frame.get("f", 0)),
                 int(frame.get("x", 0)),
                 frame.get("xa"),
-                producer_id=int(pid) if pid is not None else -1,
-                base_sequence=int(frame.get("seq", -1)),
+                producer_id=producer_id,
+                base_sequence=base_sequence,
                 producer_epoch=int(frame.get("pep", 0)),
             )
         except (KeyError, ValueError, TypeError) as exc:
             return error_frame(ErrorCode.INVALID_REQUEST, f"bad produce: {exc}", corr)
-        except StaleEpochError as exc:
-            return error_frame(ErrorCode.STALE_EPOCH, str(exc), corr)
-        except OutOfOrderSequenceError as exc:
-            return error_frame(ErrorCode.OUT_OF_ORDER_SEQUENCE, str(exc), corr)
-        except ProducerFencedError as exc:
-            return error_frame(ErrorCode.PRODUCER_FENCED, str(exc), corr)
-        except LogError as exc:
-            return error_frame(ErrorCode.INTERNAL, f"log error: {exc}", corr)
+        except (ReplicationError, LogError) as exc:
+            code = next((c for kind, c in _REFUSED if isinstance(exc, kind)), None)
+            if code is None:
+                return error_frame(ErrorCode.INTERNAL, f"log error: {exc}", corr)
+            return error_frame(code, f"{self.name}: {exc}", corr)
         if pid is not None:
             self.producers.seen([int(pid)])
         if dup:
@@ -501,7 +582,10 @@ class PartitionHost:
         commit is appended at the log end), so they survive without a re-write."""
         while True:
             await asyncio.sleep(self.retention_interval)
-            if not self.primary:
+            if not self.serving:
+                continue
+            if self.retain_bytes is not None:
+                self._trim_quietly()
                 continue
             held = [s.lw() for s in self.states.values()] + list(self.readers.values())
             safe = min([*held, self.storage.visible_end])
@@ -517,14 +601,32 @@ class PartitionHost:
             if start > 0:
                 log.debug("retention on %s: log starts at %d", self.name, start)
 
+    def trim(self) -> int:
+        """Delete the oldest whole segments beyond ``retain_bytes``; the new log start. A log of
+        events is not a queue to be drained: its retention is by size, not below the cursors."""
+        plog = self.storage.log
+        segments = plog.segments
+        excess = sum(s.size for s in segments) - (self.retain_bytes or 0)
+        cut = None
+        for older, newer in itertools.pairwise(segments):
+            if excess <= 0:
+                break
+            excess -= older.size
+            cut = newer.base_offset
+        return plog.delete_before(cut) if cut is not None else plog.log_start_offset
+
+    def _trim_quietly(self) -> None:
+        try:
+            self.trim()
+        except Exception:
+            log.exception("retention failed on %s", self.name)
+
     async def commit_control(self, end: int) -> None:
         """Flush up to ``end`` and wait until it is on every in-sync replica: what control records
         (cursors, delivery counts, reader cursors) need, since any of those may be promoted - not
         ``minInSync`` copies, so consumers keep being served while a partition is short a copy."""
         await self.storage.flush(end)
-        waiter = self.control_waiter or self.commit_waiter
-        if waiter is not None:
-            await waiter(end)
+        await self.commit(end, min_in_sync=False)
 
     async def _control_committer(self) -> None:
         """Group commit of cursors and delivery counts: append one control batch for everything
@@ -539,7 +641,7 @@ class PartitionHost:
                 self.write_cursors()
                 await self.commit_control(self.storage.end_offset)
             except Exception as exc:
-                code = getattr(exc, "frame_code", None)
+                code = exc.frame_code if isinstance(exc, CommitError) else None
                 if code is None:
                     log.exception("committing cursors failed on %s", self.name)
                 for state, link, frame in outbox:  # never sent: given back (counted, conservatively)

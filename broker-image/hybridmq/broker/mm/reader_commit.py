@@ -17,6 +17,7 @@ from hybridmq.api.frames import ErrorCode, FrameType, error_frame
 from hybridmq.broker.log.control import ReaderCursor
 from hybridmq.broker.log.errors import LogError
 from hybridmq.broker.mm.fetch_handler import primary_host
+from hybridmq.broker.mm.partition import CommitError
 from hybridmq.protocol import Connection
 
 if TYPE_CHECKING:
@@ -64,10 +65,10 @@ async def commit(mm: MessageManager, frame: dict[str, Any]) -> dict[str, Any]:
         await host.commit_control(host.storage.end_offset)  # like consumer cursors
     except LogError as exc:
         return error_frame(ErrorCode.MM_UNAVAILABLE, f"{name}: reader cursor not stored: {exc}", corr)
+    except CommitError as exc:
+        return error_frame(exc.frame_code, f"{name}: reader cursor not committed: {exc}", corr)
     except Exception as exc:
-        code = getattr(exc, "frame_code", None)
-        if code is None:
-            log.exception("storing reader cursor %s on %s", reader, name)
-        return error_frame(code or ErrorCode.INTERNAL, f"{name}: reader cursor not committed: {exc}", corr)
+        log.exception("storing reader cursor %s on %s", reader, name)
+        return error_frame(ErrorCode.INTERNAL, f"{name}: reader cursor not committed: {exc}", corr)
     host.readers[reader] = offset
     return {"t": FrameType.OK, "r": corr, "p": name, "rn": reader, "o": offset}

@@ -3,11 +3,12 @@
 For every partition whose ``replicas`` name this MM, as its ``AssignmentSource`` says:
 
 * **primary** at epoch E: the log is wrapped in a ``PartitionPrimary`` (fencing, in-sync set, high
-  watermark) and served by a ``ReplicatedPartitionHost``: a produce is appended only while the
-  lease is valid and ``min_in_sync`` replicas are in sync, and acknowledged only once the high
-  watermark covers it (``commit_waiter``) and the lease is still valid. Backup fetches arriving as
-  REPLICA_* frames are answered by the ``PartitionPrimary``. In-sync changes are proposed to the
-  controller (``alter_in_sync``: report through the heartbeat, then wait for the new table).
+  watermark, the lease) and served by a ``PartitionHost``: a produce is appended only once
+  ``PartitionPrimary.check_append`` passed, and acknowledged only once the high watermark covers it
+  and the lease is still valid. A partition with one replica is a primary without backups. Backup
+  fetches arriving as REPLICA_* frames are answered by the ``PartitionPrimary``. In-sync changes are
+  proposed to the controller when there is one (``Liveness.commits_in_sync``: report through the
+  lease, then wait for the new table).
 * **backup**: a ``BackupFetcher`` pulls from the primary MM over ``TcpPrimaryTransport``
   (truncation on an epoch change, snapshot + tail catch-up). No host: consumers never read a backup.
 * Role changes: promotion stops the fetcher and opens a host on the same log; demotion fails every
@@ -24,6 +25,7 @@ import logging
 import shutil
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from hybridmq.api.assignment import PartitionAssignment
@@ -31,14 +33,9 @@ from hybridmq.api.frames import ErrorCode, FrameType
 from hybridmq.api.lease_report import MMReport, PartitionReport
 from hybridmq.broker.log.config import LogConfig
 from hybridmq.broker.log.errors import StaleEpochError
-from hybridmq.broker.mm.replica_transport import (
-    REPLICA_EPOCH_END,
-    REPLICA_FETCH,
-    REPLICA_SNAPSHOT,
-    PeerLinks,
-    TcpPrimaryTransport,
-)
-from hybridmq.broker.mm.replicated_host import CommitError, ReplicatedPartitionHost
+from hybridmq.broker.mm.liveness import Liveness
+from hybridmq.broker.mm.partition import PartitionHost
+from hybridmq.broker.mm.replica_transport import PeerLinks, TcpPrimaryTransport
 from hybridmq.broker.mm.storage import PartitionStorage
 from hybridmq.broker.replication import (
     BackupFetcher,
@@ -46,15 +43,12 @@ from hybridmq.broker.replication import (
     EpochEndOffsetResponse,
     FetchRequest,
     FetchResponse,
-    NotPrimaryError,
     PartitionPrimary,
-    ReplicationError,
     Snapshot,
     SnapshotRequest,
     from_wire,
     to_wire,
 )
-from hybridmq.broker.replication import ErrorCode as ReplicationCode
 from hybridmq.protocol import Connection
 
 if TYPE_CHECKING:
@@ -76,7 +70,7 @@ async def _cancel_all(tasks: list[asyncio.Task[None]]) -> None:
     tasks.clear()
 
 
-def visible_backlog(host: ReplicatedPartitionHost) -> int:
+def visible_backlog(host: PartitionHost) -> int:
     """User messages consumers still have to get: up to the visible end, without the control
     records (cursor snapshots) in between, which take offsets but are no messages."""
     if not host.states:
@@ -86,27 +80,20 @@ def visible_backlog(host: ReplicatedPartitionHost) -> int:
     return max(0, end - low - host.storage.control_records_between(low, end))
 
 
-# The MM's lease: the local controller's ``Heartbeat`` (``valid()``) or the Kubernetes
-# ``LeaseRenewer`` (``valid`` property). An optional ``trigger()`` sends the next renewal (with the
-# report) at once: an in-sync change.
-Liveness = Any
-
-
-def lease_valid(liveness: Liveness | None) -> bool:
-    if liveness is None:
-        return True
-    valid = liveness.valid
-    return bool(valid() if callable(valid) else valid)
+class Role(StrEnum):
+    PRIMARY = "primary"
+    BACKUP = "backup"
+    NONE = "none"
 
 
 @dataclass
 class Replica:
     name: str
-    role: str = "none"  # "primary" | "backup" | "none"
+    role: Role = Role.NONE
     epoch: int = -1
     storage: PartitionStorage | None = None
     leader: PartitionPrimary | None = None
-    host: ReplicatedPartitionHost | None = None
+    host: PartitionHost | None = None
     fetcher: BackupFetcher | None = None
     primary_mm: str | None = None
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
@@ -116,8 +103,8 @@ class ReplicaManager:
     def __init__(
         self,
         mm: MessageManager,
+        liveness: Liveness,
         *,
-        liveness: Liveness | None = None,
         lag_time_ms: float = 3000,
         commit_timeout_s: float = 5.0,
         fetch_max_wait_ms: int = 500,
@@ -160,6 +147,17 @@ class ReplicaManager:
     def changed(self) -> None:
         """The assignment table changed: reconcile (serialized, in the background)."""
         self._dirty.set()
+
+    def settled(self) -> bool:
+        """The replicas follow the latest table (no reconcile pending or running)."""
+        return self.step == "idle" and not self._dirty.is_set()
+
+    async def wait_settled(self, timeout_s: float) -> bool:
+        for _ in range(max(1, int(timeout_s / 0.02))):
+            if self.settled():
+                return True
+            await asyncio.sleep(0.02)
+        return self.settled()
 
     async def _reconcile_loop(self) -> None:
         while True:
@@ -215,7 +213,7 @@ class ReplicaManager:
     # -- roles -----------------------------------------------------------------------------------
     async def _be_primary(self, a: PartitionAssignment) -> None:
         r = self.replicas.setdefault(a.name, Replica(a.name))
-        if r.role == "primary" and r.epoch == a.epoch and r.leader is not None and r.host is not None:
+        if r.role == Role.PRIMARY and r.epoch == a.epoch and r.leader is not None and r.host is not None:
             r.leader.update_assignment(replicas=a.replicas, in_sync=a.in_sync, min_in_sync=a.min_in_sync)
             r.host.writable = a.writable
             return
@@ -226,7 +224,7 @@ class ReplicaManager:
         else:  # a fresh cache: a backup's log may have been truncated under the old one
             storage = PartitionStorage(r.storage.log, self.mm.config.cache_bytes)
         r.storage = storage
-        alter = self._alter_in_sync(a.name, a.epoch) if self.liveness is not None else None
+        alter = self._alter_in_sync(a.name, a.epoch) if self.liveness.commits_in_sync else None
         try:
             leader = PartitionPrimary(
                 storage.log,
@@ -237,21 +235,23 @@ class ReplicaManager:
                 in_sync=a.in_sync or (self.me,),
                 min_in_sync=a.min_in_sync,
                 lag_time_ms=self.lag_time_ms,
-                lease_valid=(lambda: lease_valid(self.liveness)) if self.liveness is not None else None,
+                lease_valid=self.liveness.valid,
                 alter_in_sync=alter,
             )
         except StaleEpochError:
             log.error("%s: the log has seen an epoch newer than %d; not serving it", a.name, a.epoch)
-            r.role, r.epoch = "none", a.epoch
+            r.role, r.epoch = Role.NONE, a.epoch
             return
         c = self.mm.config
-        host = ReplicatedPartitionHost(
+        host = PartitionHost(
             a.name,
             storage,
-            a.epoch,
+            leader,
             max_backlog=c.max_backlog,
             max_redeliveries=c.max_redeliveries,
             wake=self.mm.wake,
+            catching_up=self.liveness.catching_up,
+            commit_timeout_s=self.commit_timeout_s,
         )
         host.retention_interval = c.retention_interval
         try:
@@ -262,19 +262,16 @@ class ReplicaManager:
         # A takeover has seen no write yet: every producer the log knows may still need it.
         host.producers.seen(storage.log.producer_state.producers)
         host.writable = a.writable
-        host.guard = lambda frame: self._guard(leader, frame)
-        host.commit_waiter = lambda end: self._commit(leader, end)
-        host.control_waiter = lambda end: self._commit(leader, end, min_in_sync=False)
         host.start()
         r.tasks.append(asyncio.create_task(leader.run_maintenance(max(self.lag_time_ms / 4000, 0.05))))
-        r.leader, r.host, r.role, r.epoch, r.primary_mm = leader, host, "primary", a.epoch, self.me
+        r.leader, r.host, r.role, r.epoch, r.primary_mm = leader, host, Role.PRIMARY, a.epoch, self.me
         self.mm.hosts[a.name] = host
         for link in self.mm.links.values():
-            for pattern, mode, durable in getattr(link, "subscriptions", []):
+            for pattern, mode, durable in link.subscriptions:
                 host.attach(link, pattern, mode, durable)
         log.info("%s: primary at epoch %d (replicas %s)", a.name, a.epoch, ",".join(a.replicas))
 
-    async def _recover(self, host: ReplicatedPartitionHost) -> None:
+    async def _recover(self, host: PartitionHost) -> None:
         """Read the log back (cursors, delivery counts) off the event loop, so that the lease is
         renewed meanwhile: a blocked loop let it lapse, the failovers that followed made the MM
         read the log again, and so on (a failover storm). A long log takes seconds: that is
@@ -290,16 +287,16 @@ class ReplicaManager:
 
     async def _be_backup(self, a: PartitionAssignment) -> None:
         r = self.replicas.setdefault(a.name, Replica(a.name))
-        if r.role == "primary":
+        if r.role == Role.PRIMARY:
             await self._stop_primary(r)
         if r.storage is None:
             r.storage = self._open_storage(a.name)
         if a.primary is None:
             await self._stop_backup(r)
-            r.role, r.epoch = "backup", a.epoch
+            r.role, r.epoch = Role.BACKUP, a.epoch
             return
         transport = TcpPrimaryTransport(self.links, a.primary)
-        if r.role == "backup" and r.fetcher is not None:
+        if r.role == Role.BACKUP and r.fetcher is not None:
             if r.primary_mm != a.primary:
                 r.fetcher.update(epoch=a.epoch, transport=transport)
             elif a.epoch != r.epoch:
@@ -316,7 +313,7 @@ class ReplicaManager:
             )
             r.tasks.append(asyncio.create_task(r.fetcher.run()))
             log.info("%s: backup of %s at epoch %d", a.name, a.primary, a.epoch)
-        r.role, r.epoch, r.primary_mm = "backup", a.epoch, a.primary
+        r.role, r.epoch, r.primary_mm = Role.BACKUP, a.epoch, a.primary
 
     async def _be_none(self, name: str, *, delete: bool) -> None:
         r = self.replicas.pop(name, None)
@@ -346,69 +343,21 @@ class ReplicaManager:
             await host.halt()
         await _cancel_all(r.tasks)
         r.leader, r.host = None, None
-        if r.role == "primary":
-            r.role = "none"
+        if r.role == Role.PRIMARY:
+            r.role = Role.NONE
 
     async def _stop_backup(self, r: Replica) -> None:
         if r.fetcher is not None:
             await r.fetcher.stop()
             await _cancel_all(r.tasks)
             r.fetcher = None
-        if r.role == "backup":
-            r.role = "none"
+        if r.role == Role.BACKUP:
+            r.role = Role.NONE
 
     # -- primary hooks -----------------------------------------------------------------------------
-    def _guard(self, leader: PartitionPrimary, frame: dict[str, Any]) -> tuple[ErrorCode, str] | None:
-        pid = frame.get("pid")
-        if (
-            pid is not None
-            and int(pid) >= 0
-            and int(frame.get("seq", -1)) > 0
-            and leader.log.producer_state.get(int(pid)) is None
-        ):
-            # Resends after a failover may arrive out of order: a producer this partition has never
-            # stored must begin with its first batch, else a later batch would be taken as the
-            # start and the first one dropped as an "old" duplicate.
-            return (
-                ErrorCode.OUT_OF_ORDER_SEQUENCE,
-                f"{leader.partition}: unknown producer {pid}: its first batch must come first",
-            )
-        if not leader.writable:
-            return ErrorCode.NOT_PRIMARY, f"{leader.partition}: not primary (lease lost or stepped down)"
-        if len(leader.in_sync) < leader.min_in_sync:
-            return (
-                ErrorCode.NOT_ENOUGH_REPLICAS,
-                f"{leader.partition}: not enough replicas: {len(leader.in_sync)} in sync, "
-                f"minInSync {leader.min_in_sync} (retriable)",
-            )
-        return None
-
-    async def _commit(self, leader: PartitionPrimary, end: int, *, min_in_sync: bool = True) -> None:
-        try:
-            async with asyncio.timeout(self.commit_timeout_s):
-                await leader.wait_committed(end, min_in_sync=min_in_sync)
-        except NotPrimaryError as exc:
-            raise CommitError(ErrorCode.NOT_PRIMARY, str(exc)) from None
-        except (ReplicationError, TimeoutError) as exc:
-            raise CommitError(ErrorCode.MM_UNAVAILABLE, f"not replicated: {exc!r}") from None
-        for _ in range(10):  # a table update in flight (lease waiting for it): give it ~0.2 s
-            if leader.writable or not self._lease_catching_up():
-                break
-            await asyncio.sleep(0.02)
-        if not leader.writable:
-            # The lease must still hold when the acknowledgements go out.
-            raise CommitError(ErrorCode.NOT_PRIMARY, f"{leader.partition}: lease lost before acknowledging")
-
-    def _lease_catching_up(self) -> bool:
-        """The lease is only waiting for this MM to apply the controller's newest table."""
-        catching_up = getattr(self.liveness, "catching_up", None)
-        return bool(catching_up()) if callable(catching_up) else False
-
     def _alter_in_sync(self, name: str, epoch: int) -> Callable[[frozenset[str]], Awaitable[bool]]:
         async def alter(proposal: frozenset[str]) -> bool:
-            trigger = getattr(self.liveness, "trigger", None)
-            if callable(trigger):
-                trigger()
+            self.liveness.trigger()
             for _ in range(100):  # ~2 s
                 a = self.mm.source.partitions().get(name)
                 if a is None or a.epoch != epoch:
@@ -430,29 +379,29 @@ class ReplicaManager:
         t = frame["t"]
         m = dict(frame.get("m") or {})
         r = self.replicas.get(str(m.get("partition", "")))
-        leader = r.leader if r is not None and r.role == "primary" else None
+        leader = r.leader if r is not None and r.role == Role.PRIMARY else None
         reply: Any
         try:
-            if t == REPLICA_FETCH:
+            if t == FrameType.REPLICA_FETCH:
                 fetch = from_wire(FetchRequest, m)
                 reply = (
                     await leader.handle_fetch(fetch)
                     if leader is not None
-                    else FetchResponse(fetch.partition, -1, ReplicationCode.NOT_PRIMARY)
+                    else FetchResponse(fetch.partition, -1, ErrorCode.NOT_PRIMARY)
                 )
-            elif t == REPLICA_EPOCH_END:
+            elif t == FrameType.REPLICA_EPOCH_END:
                 req = from_wire(EpochEndOffsetRequest, m)
                 reply = (
                     leader.handle_end_offset_for_epoch(req)
                     if leader is not None
-                    else EpochEndOffsetResponse(req.partition, -1, ReplicationCode.NOT_PRIMARY)
+                    else EpochEndOffsetResponse(req.partition, -1, ErrorCode.NOT_PRIMARY)
                 )
-            elif t == REPLICA_SNAPSHOT:
+            elif t == FrameType.REPLICA_SNAPSHOT:
                 sreq = from_wire(SnapshotRequest, m)
                 reply = (
                     leader.handle_snapshot(sreq)
                     if leader is not None
-                    else Snapshot(sreq.partition, -1, ReplicationCode.NOT_PRIMARY)
+                    else Snapshot(sreq.partition, -1, ErrorCode.NOT_PRIMARY)
                 )
             else:
                 conn.reply_error(frame, ErrorCode.INVALID_REQUEST, f"unexpected frame type {t}")
@@ -470,7 +419,7 @@ class ReplicaManager:
             if r.storage is None or r.storage.log.closed:
                 continue
             leo = r.storage.log.log_end_offset
-            if r.role == "primary" and r.leader is not None and r.host is not None:
+            if r.role == Role.PRIMARY and r.leader is not None and r.host is not None:
                 leader = r.leader
                 in_sync = leader.proposed_in_sync or leader.in_sync
                 partitions[name] = PartitionReport(

@@ -10,7 +10,7 @@ REPLICA_SNAPSHOT   c, m (``SnapshotRequest``) -> OK {r, m: ``Snapshot``}
 =================  ==============================================================================
 
 Every request carries the partition epoch (``m.epoch``); the primary refuses older ones
-(``FENCED_EPOCH``) and steps down on a newer one. Errors travel inside the response (``m.error``).
+(``STALE_EPOCH``) and steps down on a newer one. Errors travel inside the response (``m.error``).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from hybridmq.api.assignment import BrokerRole
 from hybridmq.api.frames import PROTOCOL_VERSION, FrameType
 from hybridmq.broker.replication import (
     EpochEndOffsetRequest,
@@ -36,10 +37,7 @@ from hybridmq.protocol.connection import ConnectionClosed
 
 log = logging.getLogger(__name__)
 
-REPLICA_FETCH = 60
-REPLICA_EPOCH_END = 61
-REPLICA_SNAPSHOT = 62
-REPLICA_FRAMES = frozenset({REPLICA_FETCH, REPLICA_EPOCH_END, REPLICA_SNAPSHOT})
+REPLICA_FRAMES = frozenset({FrameType.REPLICA_FETCH, FrameType.REPLICA_EPOCH_END, FrameType.REPLICA_SNAPSHOT})
 
 
 class PeerLinks:
@@ -72,7 +70,7 @@ class PeerLinks:
                 "t": FrameType.HELLO,
                 "v": PROTOCOL_VERSION,
                 "id": self.node,
-                "role": "mm",
+                "role": BrokerRole.MM,
                 "user": "mm",
                 "password": self.token,
             }
@@ -114,15 +112,19 @@ class TcpPrimaryTransport:
 
     async def fetch(self, request: FetchRequest) -> FetchResponse:
         timeout = self.timeout_s + request.max_wait_ms / 1000.0
-        data = await self.links.request(self.peer, {"t": REPLICA_FETCH, "m": to_wire(request)}, timeout)
+        data = await self.links.request(
+            self.peer, {"t": FrameType.REPLICA_FETCH, "m": to_wire(request)}, timeout
+        )
         return from_wire(FetchResponse, data)
 
     async def end_offset_for_epoch(self, request: EpochEndOffsetRequest) -> EpochEndOffsetResponse:
         data = await self.links.request(
-            self.peer, {"t": REPLICA_EPOCH_END, "m": to_wire(request)}, self.timeout_s
+            self.peer, {"t": FrameType.REPLICA_EPOCH_END, "m": to_wire(request)}, self.timeout_s
         )
         return from_wire(EpochEndOffsetResponse, data)
 
     async def snapshot(self, request: SnapshotRequest) -> Snapshot:
-        data = await self.links.request(self.peer, {"t": REPLICA_SNAPSHOT, "m": to_wire(request)}, 30.0)
+        data = await self.links.request(
+            self.peer, {"t": FrameType.REPLICA_SNAPSHOT, "m": to_wire(request)}, 30.0
+        )
         return from_wire(Snapshot, data)

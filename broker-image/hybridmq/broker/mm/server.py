@@ -1,10 +1,14 @@
 """The Message Manager process: partition logs, produce, delivery to CMs.
 
 CMs connect with ``HELLO role=cm``, backups with ``role=mm``, both presenting the cluster secret
-(``auth/cluster_secret.py``; an MM without one refuses to start, clients are refused). The MM hosts the
-partitions whose primary it is according to its ``AssignmentSource`` and follows changes (new
-partitions are opened, epochs updated). One dispatcher task runs ``pump`` on every hosted partition
-whenever something changed (new data, an ack, a new subscription).
+(``auth/cluster_secret.py``; an MM without one refuses to start, clients are refused). Every
+partition whose ``replicas`` name this MM in its ``AssignmentSource`` goes through the
+``ReplicaManager`` (``replica_manager.py``): primary (a ``PartitionHost``) or backup (a fetcher), a
+single replica being a primary without backups. REPLICA_* frames from backups go to the replica
+manager. What differs between Kubernetes, the local controller and static assignments is only the
+``AssignmentSource`` and the ``Liveness`` (``liveness.py``) handed to the constructor; the
+composition root of each process picks them (``hybridmq.cli.compose``). One dispatcher task runs
+``pump`` on every hosted partition whenever something changed (new data, an ack, a subscription).
 """
 
 from __future__ import annotations
@@ -15,20 +19,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hybridmq.api.assignment import BrokerRole
 from hybridmq.api.frames import LOG_DESTINATION, PROTOCOL_VERSION, ErrorCode, FrameType, error_frame
 from hybridmq.broker.assignment_source import AssignmentSource
 from hybridmq.broker.auth import cluster_secret
 from hybridmq.broker.destinations.delivery import ConsumerLink
-from hybridmq.broker.log.config import LogConfig
 from hybridmq.broker.log_events import LogEventBuffer
 from hybridmq.broker.mm import acks, fetch_handler, reader_commit
-from hybridmq.broker.mm.internal_log import InternalLogHost, open_internal_log
+from hybridmq.broker.mm.internal_log import open_internal_log
+from hybridmq.broker.mm.liveness import Liveness, NoLease
 from hybridmq.broker.mm.partition import PartitionHost
-from hybridmq.broker.mm.storage import PartitionStorage
+from hybridmq.broker.mm.replica_manager import ReplicaManager
+from hybridmq.broker.mm.replica_transport import REPLICA_FRAMES
 from hybridmq.protocol import Connection, ProtocolError, read_frame
 
 log = logging.getLogger(__name__)
-PEER_ROLES = ("cm", "mm")
+PEER_ROLES = frozenset({BrokerRole.CM, BrokerRole.MM})
 
 
 @dataclass
@@ -50,9 +56,26 @@ class MMConfig:
 
 
 class MessageManager:
-    def __init__(self, config: MMConfig, source: AssignmentSource) -> None:
+    def __init__(
+        self,
+        config: MMConfig,
+        source: AssignmentSource,
+        liveness: Liveness | None = None,
+        *,
+        lag_time_ms: float = 3000,
+        commit_timeout_s: float = 5.0,
+        fetch_max_wait_ms: int = 500,
+    ) -> None:
         self.config = config
         self.source = source
+        self.liveness: Liveness = liveness if liveness is not None else NoLease()
+        self.replica_manager = ReplicaManager(
+            self,
+            self.liveness,
+            lag_time_ms=lag_time_ms,
+            commit_timeout_s=commit_timeout_s,
+            fetch_max_wait_ms=fetch_max_wait_ms,
+        )
         self.hosts: dict[str, PartitionHost] = {}
         self._requests: set[asyncio.Task[None]] = set()  # requests answered in the background
         self.links: dict[tuple[int, str], ConsumerLink] = {}
@@ -60,15 +83,24 @@ class MessageManager:
         self._wake = asyncio.Event()
         self._server: asyncio.base_events.Server | None = None
         self._tasks: list[asyncio.Task[None]] = []
+        self._log_events: LogEventBuffer | None = None
+        self.log_host: PartitionHost | None = None
         self.ready = False
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    @property
+    def data_dir(self) -> Path:
+        return self.config.data_dir
 
     # -- lifecycle -------------------------------------------------------------------------------
     async def start(self) -> None:
         self.config.cluster_secret = cluster_secret.require(self.config.cluster_secret)
         self.config.data_dir.mkdir(parents=True, exist_ok=True)
         await self.source.start()
-        self.source.subscribe(self._on_assignments)
-        self._sync_partitions()
+        self.source.subscribe(self.replica_manager.changed)
         self._tasks.append(asyncio.create_task(self._dispatcher()))
         self.log_host = open_internal_log(
             self.config.name,
@@ -79,14 +111,22 @@ class MessageManager:
         )
         self.hosts[self.log_host.name] = self.log_host  # consumers of topic:_LOG read it like any host
         self._log_events = LogEventBuffer(self.config.name, "mm").install()
-        self._tasks.append(asyncio.create_task(self._publish_log_events()))
+        self._tasks.append(asyncio.create_task(self._publish_log_events(self._log_events, self.log_host)))
         self._server = await asyncio.start_server(
             self._serve, self.config.host, self.config.port, limit=2 * 1024 * 1024
         )
         self.ready = True
         log.info("mm %s listening on %s:%d", self.config.name, self.config.host, self.config.port)
+        # Partitions open in the background (recovering a long log must not keep the port shut): a
+        # produce that comes first gets NOT_PRIMARY and is resent; a subscription is kept and
+        # attached to each partition as it opens.
+        self.replica_manager.start()
+        # After the source: a primary accepts writes only once its lease is valid.
+        await self.liveness.start(self)
 
     async def stop(self) -> None:
+        await self.liveness.stop()  # first: nothing is acknowledged once another may be promoted
+        await self.replica_manager.stop()
         self.ready = False
         if self._server:
             self._server.close()
@@ -97,62 +137,36 @@ class MessageManager:
         for host in self.hosts.values():
             await host.stop()
         await self.source.stop()
-        if hasattr(self, "_log_events"):
+        if self._log_events is not None:
             self._log_events.remove()
 
-    async def _publish_log_events(self) -> None:
+    async def _publish_log_events(self, events: LogEventBuffer, host: PartitionHost) -> None:
         """Append this MM's log events (summaries first) to ``topic:_LOG`` in its internal log."""
         while True:
             await asyncio.sleep(0.5)
-            self._log_events.summarizer.tick()
-            taken = self._log_events.take_blob()
+            events.summarizer.tick()
+            taken = events.take_blob()
             if taken is None:
                 continue
             try:
-                self.log_host.append_internal(LOG_DESTINATION, taken[0], taken[1])
+                host.append_internal(LOG_DESTINATION, taken[0], taken[1])
             except Exception:
                 continue
 
-    def _on_assignments(self) -> None:
-        self._sync_partitions()
+    # -- what the lease carries (``liveness.LeaseHolder``) ----------------------------------------
+    def report(self) -> dict[str, Any]:
+        return self.replica_manager.report()
 
-    def _sync_partitions(self) -> None:
-        for a in self.source.partitions().values():
-            host = self.hosts.get(a.name)
-            if a.primary != self.config.name:
-                if host is not None:
-                    host.primary = False
-                continue
-            if host is None:
-                storage = PartitionStorage.open(
-                    self.config.data_dir / a.name,
-                    LogConfig(
-                        fsync=self.config.fsync,  # type: ignore[arg-type]
-                        group_commit_max_delay_ms=self.config.group_commit_ms,
-                        segment_bytes=self.config.segment_bytes,
-                        max_batch_bytes=self.config.max_frame + 1024,
-                    ),
-                    cache_bytes=self.config.cache_bytes,
-                )
-                host = PartitionHost(
-                    a.name,
-                    storage,
-                    a.epoch,
-                    max_backlog=self.config.max_backlog,
-                    max_redeliveries=self.config.max_redeliveries,
-                    wake=self.wake,
-                )
-                host.retention_interval = self.config.retention_interval
-                host.recover()
-                host.start()
-                self.hosts[a.name] = host
-                for link in self.links.values():
-                    for pattern, mode, durable in getattr(link, "subscriptions", []):
-                        host.attach(link, pattern, mode, durable)
-            host.epoch = a.epoch
-            host.primary = True
-            host.writable = a.accept_writes
-        self.wake()
+    def held(self) -> set[str]:
+        return set(self.replica_manager.replicas) | set(self.hosts)
+
+    def settled(self) -> bool:
+        return self.replica_manager.settled()
+
+    async def resync(self) -> None:
+        await self.source.refresh()
+        self.replica_manager.changed()
+        await self.replica_manager.wait_settled(5.0)
 
     def wake(self) -> None:
         self._wake.set()
@@ -228,6 +242,9 @@ class MessageManager:
 
     def _handle(self, conn: Connection, frame: dict[str, Any]) -> None:
         t = frame["t"]
+        if t in REPLICA_FRAMES:
+            self.replica_manager.handle(conn, frame)
+            return
         try:
             if t == FrameType.PRODUCE:
                 host = self.hosts.get(frame.get("p", ""))
@@ -272,7 +289,7 @@ class MessageManager:
         link = ConsumerLink(conn, key, int(frame.get("w", 10000)), int(frame.get("wb", 8 << 20)))
         allow = frame.get("acl")  # the CM narrows a wildcard to its user's consume grants
         link.allow = None if allow is None else tuple(str(g) for g in allow)
-        link.subscriptions = [(pattern, mode, durable)]  # type: ignore[attr-defined]
+        link.subscriptions = [(pattern, mode, durable)]
         old = self.links.pop((id(conn), key), None)
         for host in self.hosts.values():
             if old is not None:
@@ -298,14 +315,17 @@ class MessageManager:
                     },
                 }
                 for name, h in self.hosts.items()
-                if not isinstance(h, InternalLogHost)
+                if h is not self.log_host
             },
             "internal_log": self._internal_log_stats(),
+            "replicas": self.replica_manager.stats(),
+            "lease_valid": self.liveness.valid(),
+            "lease": self.liveness.stats(),
         }
 
     def _internal_log_stats(self) -> dict[str, Any] | None:
         """The internal ``topic:_LOG`` partition, apart from the user partitions."""
-        if not hasattr(self, "log_host"):
+        if self.log_host is None or self._log_events is None:
             return None
         return {
             "partition": self.log_host.name,

@@ -18,7 +18,9 @@ Wiring in an MM (per partition, from the ``PartitionAssignment``):
 
 * primary at epoch E: ``PartitionPrimary(log, partition=..., replica_id=me, epoch=E,
   replicas=a.replicas, in_sync=a.in_sync, min_in_sync=a.min_in_sync, lease_valid=...,
-  alter_in_sync=...)``; produce frames -> ``produce``; replica fetch frames -> ``handle_*``; the
+  alter_in_sync=...)``; every produce passes ``check_append`` (epoch, lease, in-sync count, a new
+  producer's first sequence) before it is appended and is acknowledged after ``wait_committed``
+  (``produce`` does both); replica fetch frames -> ``handle_*``; the
   next assignment -> ``update_assignment`` (same epoch) or ``close`` (role or epoch changed);
   call ``tick()`` every ~``lag_time_ms / 4``; report ``report()`` in the lease annotation.
 * backup at epoch E: ``BackupFetcher(log, ..., epoch=E, transport=<client of the primary>)`` and

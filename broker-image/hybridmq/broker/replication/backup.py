@@ -28,7 +28,7 @@ The loop:
    offset that does not follow is an error), and repeat. Each fetch tells the
    primary our log end; the primary decides when we are in sync again.
 
-A fetch with an older epoch than the primary's is refused (``FENCED_EPOCH``): the fetcher then
+A fetch with an older epoch than the primary's is refused (``STALE_EPOCH``): the fetcher then
 waits for :meth:`update` with the new epoch. A primary at an older epoch answers ``NOT_PRIMARY``
 for our newer epoch; we retry until the real primary is wired in by :meth:`update`.
 """
@@ -177,7 +177,7 @@ class BackupFetcher:
             pass
 
     def _handle_error(self, error: ErrorCode, log_start_offset: int) -> None:
-        if error is ErrorCode.FENCED_EPOCH:
+        if error is ErrorCode.STALE_EPOCH:
             LOG.info(
                 "%s: epoch %d fenced by the primary; waiting for a new assignment", self.partition, self.epoch
             )
@@ -231,7 +231,7 @@ class BackupFetcher:
     async def _catch_up(self) -> None:
         snapshot = await self.transport.snapshot(SnapshotRequest(self.partition, self.replica_id, self.epoch))
         if snapshot.error is not ErrorCode.NONE:
-            if snapshot.error is ErrorCode.FENCED_EPOCH:
+            if snapshot.error is ErrorCode.STALE_EPOCH:
                 self.state = FetcherState.FENCED
                 return
             raise error_for(snapshot.error, f"{self.partition}: snapshot refused: {snapshot.error.value}")

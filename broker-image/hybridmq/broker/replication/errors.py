@@ -1,20 +1,8 @@
-"""Replication errors. Each carries a :class:`ErrorCode` that a wire protocol can send as is."""
+"""Replication errors. Each carries the wire ``ErrorCode`` (``hybridmq.api.frames``) sent for it."""
 
 from __future__ import annotations
 
-from enum import StrEnum
-
-
-class ErrorCode(StrEnum):
-    NONE = "none"
-    FENCED_EPOCH = "fenced_epoch"  # the request's epoch is older than the replica's: refused
-    UNKNOWN_EPOCH = "unknown_epoch"  # the request's epoch is newer: this replica is behind (retry)
-    NOT_PRIMARY = "not_primary"  # not (or no longer) the primary: stepped down or lease lost
-    OFFSET_OUT_OF_RANGE = "offset_out_of_range"
-    NOT_ENOUGH_REPLICAS = "not_enough_replicas"  # fewer than min_in_sync in sync: write refused
-    NOT_ENOUGH_REPLICAS_AFTER_APPEND = "not_enough_replicas_after_append"  # stored, not acknowledged
-    UNKNOWN_REPLICA = "unknown_replica"  # the fetching replica is not assigned to the partition
-    TIMEOUT = "timeout"  # the write was stored but not replicated in time (resend: idempotent)
+from hybridmq.api.frames import ErrorCode
 
 
 class ReplicationError(Exception):
@@ -23,7 +11,7 @@ class ReplicationError(Exception):
 
 
 class FencedEpochError(ReplicationError):
-    code = ErrorCode.FENCED_EPOCH
+    code = ErrorCode.STALE_EPOCH
 
 
 class UnknownEpochError(ReplicationError):
@@ -55,7 +43,7 @@ class UnknownReplicaError(ReplicationError):
 
 
 class ReplicationTimeoutError(ReplicationError):
-    code = ErrorCode.TIMEOUT
+    code = ErrorCode.REPLICATION_TIMEOUT
     retriable = True
 
 
@@ -74,7 +62,7 @@ _BY_CODE: dict[ErrorCode, type[ReplicationError]] = {
 }
 
 
-def error_for(code: ErrorCode | str, message: str = "") -> ReplicationError:
+def error_for(code: ErrorCode | int, message: str = "") -> ReplicationError:
     """The exception for a code received over the wire."""
     code = ErrorCode(code)
-    return _BY_CODE.get(code, ReplicationError)(message or code.value)
+    return _BY_CODE.get(code, ReplicationError)(message or code.name)

@@ -10,7 +10,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from .errors import ErrorCode
+from hybridmq.api.frames import ErrorCode
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +93,7 @@ M = TypeVar("M")
 
 
 def to_wire(message: Any) -> dict[str, Any]:
-    """A msgpack-friendly dict of a message (error codes as strings)."""
+    """A msgpack-friendly dict of a message (error codes as integers)."""
     out: dict[str, Any] = {}
     for field in dataclasses.fields(message):
         value = getattr(message, field.name)

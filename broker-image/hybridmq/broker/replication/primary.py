@@ -17,7 +17,7 @@ Lifecycle (the MM server drives it from its ``AssignmentSource``)::
 Rules:
 
 * Fencing: a produce or fetch whose epoch is older than ours is refused with
-  ``FencedEpochError`` / ``ErrorCode.FENCED_EPOCH``; a newer epoch means this primary is stale: it
+  ``FencedEpochError`` / ``ErrorCode.STALE_EPOCH``; a newer epoch means this primary is stale: it
   steps down and answers ``NOT_PRIMARY``. Once stepped down (or while ``lease_valid()`` is false)
   no write is accepted and pending acknowledgements fail with ``NotPrimaryError``.
 * A produce is refused (``NotEnoughReplicasError``) while fewer than ``min_in_sync`` replicas
@@ -43,6 +43,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 
 from hybridmq.broker.log import AppendResult, PartitionLog
 from hybridmq.broker.log.epoch_cache import UNDEFINED_EPOCH
+from hybridmq.broker.log.errors import OutOfOrderSequenceError
 
 from .errors import (
     ErrorCode,
@@ -204,6 +205,22 @@ class PartitionPrimary:
 
     # -- producing ---------------------------------------------------------------------------------
 
+    def check_append(self, epoch: int, producer_id: int = -1, base_sequence: int = -1) -> None:
+        """Every rule a write must pass before it is appended (the MM's produce path calls this
+        too): the request's epoch, this primary's lease, ``min_in_sync`` replicas in sync, and an
+        idempotent producer the log has never stored starting at its first batch."""
+        self.check_epoch(epoch)
+        self.ensure_writable()
+        if len(self._in_sync) < self.min_in_sync:
+            raise NotEnoughReplicasError(
+                f"{self.partition}: not enough replicas: {len(self._in_sync)} in sync, "
+                f"minInSync {self.min_in_sync} (retriable)"
+            )
+        if producer_id >= 0 and base_sequence > 0 and self.log.producer_state.get(producer_id) is None:
+            # Resends after a failover may arrive out of order: a later batch taken as the start
+            # would make the first one look like an old duplicate, and it would be dropped.
+            raise OutOfOrderSequenceError(producer_id, 0, base_sequence)
+
     def append(
         self,
         payload: bytes | bytearray | memoryview,
@@ -217,12 +234,7 @@ class PartitionPrimary:
         control: bool = False,
     ) -> AppendResult:
         """Fence, check the in-sync count, append. Does not wait: see :meth:`produce`."""
-        self.check_epoch(epoch)
-        self.ensure_writable()
-        if len(self._in_sync) < self.min_in_sync:
-            raise NotEnoughReplicasError(
-                f"{self.partition}: {len(self._in_sync)} in sync, {self.min_in_sync} required"
-            )
+        self.check_append(epoch, producer_id, base_sequence)
         return self.log.append(
             payload,
             count,
@@ -293,7 +305,7 @@ class PartitionPrimary:
 
     def _fetch_error(self, request_epoch: int, replica_id: str) -> ErrorCode:
         if request_epoch < self.epoch:
-            return ErrorCode.FENCED_EPOCH
+            return ErrorCode.STALE_EPOCH
         if request_epoch > self.epoch:
             self.step_down(f"replica {replica_id} is at newer epoch {request_epoch}")
             return ErrorCode.NOT_PRIMARY
