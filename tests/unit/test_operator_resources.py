@@ -148,6 +148,8 @@ def test_cm_statefulset_runs_cm_without_a_data_volume(settings: ClusterSettings)
     (container,) = sts["spec"]["template"]["spec"]["containers"]
     assert container["command"] == ["hybridmq", "cm"]
     assert env_of(container)["HYBRIDMQ_PORT"] == str(names.CM_CLIENT_PORT)
+    # Every address of the pod, so that `kubectl port-forward` (127.0.0.1 in the pod) reaches it too.
+    assert env_of(container)["HYBRIDMQ_BIND"] == f"0.0.0.0:{names.CM_CLIENT_PORT}"
     assert names.DATA_VOLUME not in {m["name"] for m in container["volumeMounts"]}
 
 
