@@ -134,7 +134,11 @@ def pod_template(settings: ClusterSettings, role: str) -> dict[str, Any]:
                         {
                             "weight": 100,
                             "podAffinityTerm": {
-                                "topologyKey": "kubernetes.io/hostname",
+                                # MMs: one per failure domain where possible (replicas
+                                # of a partition are on different MMs); CMs: one per node.
+                                "topologyKey": settings.mm_topology_key
+                                if role == names.ROLE_MM
+                                else "kubernetes.io/hostname",
                                 "labelSelector": {"matchLabels": names.selector_labels(settings.name, role)},
                             },
                         }
