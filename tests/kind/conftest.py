@@ -11,8 +11,6 @@ from collections.abc import Iterator
 import pytest
 from kind_harness import CLUSTER_NAME, HACK, KindCluster
 
-pytestmark = pytest.mark.kind
-
 
 def _tool_dir(script: str) -> str:
     done = subprocess.run([str(HACK / script)], capture_output=True, text=True, timeout=1800)
