@@ -167,9 +167,11 @@ def cmd_cm(args: argparse.Namespace) -> None:
 
 
 async def _produce(args: argparse.Namespace) -> None:
-    from hybridmq.client import Producer
+    # With CM failover: a producer whose CM dies (its node lost, say) goes on through another CM and
+    # resends what was not acknowledged, instead of failing on the closed connection.
+    from hybridmq.client.failover import FailoverProducer
 
-    async with await Producer.connect(
+    async with await FailoverProducer.open(
         args.bootstrap,
         partition_type=args.partition_type,
         key=args.key,
