@@ -243,18 +243,30 @@ sleep "${WARMUP_SECONDS}"
 k -n "${NAMESPACE}" get hpart
 
 # --- 6. failover ------------------------------------------------------------------------------------
-# The first fixed partition whose primary MM does not share a node with the producers (a node
-# failure must not take the load down with it).
+# The fixed partition the producer writes to (the longest log), among those whose primary MM may
+# fail: with FAILURE=node, one sharing its node with neither the producers nor the operator (a node
+# failure must take down neither the load nor the one operator that fails over; a standby operator
+# takes over only once the dead one's peering record expires).
 load_node="$(k -n "${NAMESPACE}" get pod -l "job-name=${LOAD_JOB}" -o jsonpath='{.items[0].spec.nodeName}')"
+operator_node="$(k -n "${OPERATOR_NAMESPACE}" get pod -l app.kubernetes.io/instance="${RELEASE}" \
+  --field-selector=status.phase=Running -o jsonpath='{.items[0].spec.nodeName}')"
 partition=""
+longest=-1
 for candidate in $(k -n "${NAMESPACE}" get hpart -o jsonpath='{range .items[?(@.spec.type=="fixed")]}{.metadata.name}{" "}{end}'); do
   candidate_primary="$(k -n "${NAMESPACE}" get hpart "${candidate}" -o jsonpath='{.status.primary}')"
   [[ -n "${candidate_primary}" ]] || continue
-  [[ "$(k -n "${NAMESPACE}" get pod "${candidate_primary}" -o jsonpath='{.spec.nodeName}')" != "${load_node}" ]] || continue
-  partition="${candidate}"
-  break
+  candidate_node="$(k -n "${NAMESPACE}" get pod "${candidate_primary}" -o jsonpath='{.spec.nodeName}')"
+  if [[ "${FAILURE}" == node ]]; then
+    [[ "${candidate_node}" != "${load_node}" && "${candidate_node}" != "${operator_node}" ]] || continue
+  fi
+  candidate_end="$(k -n "${NAMESPACE}" get hpart "${candidate}" -o jsonpath='{.status.logEndOffset}')"
+  if ((${candidate_end:-0} > longest)); then
+    partition="${candidate}"
+    longest="${candidate_end:-0}"
+  fi
 done
-[[ -n "${partition}" ]] || die "no fixed partition with a primary away from the producers' node ${load_node}"
+[[ -n "${partition}" ]] ||
+  die "no fixed partition with a primary away from the producers (${load_node}) and the operator (${operator_node})"
 primary="$(k -n "${NAMESPACE}" get hpart "${partition}" -o jsonpath='{.status.primary}')"
 epoch="$(k -n "${NAMESPACE}" get hpart "${partition}" -o jsonpath='{.status.epoch}')"
 primary_node="$(k -n "${NAMESPACE}" get pod "${primary}" -o jsonpath='{.spec.nodeName}')"

@@ -23,8 +23,9 @@ ANSI = re.compile(r"\x1b\[[0-9;]*m")
 MESSAGES = 8000  # at 200/s: the load outlasts the warm-up, the failure and the failover
 
 
-def run_demo(kind_cluster: KindCluster, **settings: str) -> tuple[str, float, float]:
-    """The demo's output, asserting its last line is a PASS; and its two failover times."""
+def run_demo(kind_cluster: KindCluster, **settings: str) -> tuple[str, float, float | None]:
+    """The demo's output, asserting its last line is a PASS; and its two failover times (the second
+    is None when no producer wrote to the partition that failed over)."""
     env = {
         "CLUSTER_NAME": kind_cluster.name,
         "NAMESPACE": NAMESPACE,
@@ -43,14 +44,14 @@ def run_demo(kind_cluster: KindCluster, **settings: str) -> tuple[str, float, fl
     # Every message the two producers sent is in the cluster (the audit read them all).
     assert int(last_line_value(out, "records")) == 2 * MESSAGES, last
     status_updated = float(last_line_value(out, "status_updated_s"))
-    resumed = float(last_line_value(out, "producers_resumed_s"))
-    return out, status_updated, resumed
+    resumed_text = last_line_value(out, "producers_resumed_s")
+    return out, status_updated, None if resumed_text == "none" else float(resumed_text)
 
 
 def test_kind_demo_passes_with_failover_times(kind_cluster: KindCluster) -> None:
     out, status_updated, resumed = run_demo(kind_cluster)
     assert 0 < status_updated < 120
-    assert status_updated <= resumed < 120
+    assert resumed is not None and status_updated <= resumed < 120
     # Both producers ran in a pod that reached the CMs by the Service's DNS name, and sent everything.
     assert f"the producers reach the CMs at {CLUSTER}.{NAMESPACE}.svc:" in out
     assert out.count(f"sent {MESSAGES}") == 2, out[-3000:]
@@ -88,12 +89,14 @@ def test_mm_data_survives_pod_deletion(kind_cluster: KindCluster) -> None:
 
 
 def test_node_loss_loses_no_acknowledged_message(kind_cluster: KindCluster) -> None:
-    """`docker stop` of the worker running a primary MM: new primaries, then the audit finds every
-    acknowledged message (the audit's PASS), in order, once."""
+    """`docker stop` of a worker running a primary MM (and a CM): a new primary, then the audit finds
+    every message the producers sent (the audit's PASS and its record count), in order, once. The
+    stopped node runs neither the producers nor the operator, so the failed partition may have no
+    producer on it: its resumption is not measured."""
     # A BrokerCluster of its own: the queue of the first demo still holds that run's records.
     out, status_updated, resumed = run_demo(kind_cluster, FAILURE="node", NAMESPACE="hybridmq-node-loss")
     assert "stop the kind node" in out
     # A stopped node is noticed through the MM's lease (no kubelet report needed): well within the
     # node-monitor grace period of 40 s, with room for a loaded machine.
     assert 0 < status_updated < 60
-    assert status_updated <= resumed < 120
+    assert resumed is None or status_updated <= resumed < 120
