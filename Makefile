@@ -10,8 +10,8 @@ export PYTHONPATH := $(CURDIR)/hack$(if $(PYTHONPATH),:$(PYTHONPATH))
 .PHONY: lint-images lint-chart lock
 
 lint-images: $(STAMP)
-	$(VENV)/bin/hadolint Dockerfile broker-image/Dockerfile
-	shellcheck hack/kind-demo.sh hack/docker/*.sh hack/kind/build.sh
+	$(VENV)/bin/hadolint Dockerfile broker-image/Dockerfile hack/kind/node/Dockerfile hack/kind/node/tools.Dockerfile
+	shellcheck hack/kind-demo.sh hack/docker/*.sh hack/kind/*.sh
 
 lint-chart: $(STAMP) k8s-binaries
 	helm="$$(hack/k8sbin/build.sh)/helm" && \
@@ -23,7 +23,7 @@ lint-chart: $(STAMP) k8s-binaries
 lock: $(STAMP)
 	$(PY) requirements/lock.py
 
-.PHONY: setup system-packages docker-engine images kind k8s-binaries spark-jar lint fmt test test-unit test-broker test-k8s adversarial demo cluster-up cluster-down crds bench clean
+.PHONY: setup system-packages docker-engine images kind kind-node-image kind-up kind-down kind-demo k8s-binaries spark-jar lint fmt test test-unit test-broker test-k8s adversarial demo cluster-up cluster-down crds bench clean
 
 setup: system-packages $(STAMP) k8s-binaries spark-jar
 
@@ -57,6 +57,21 @@ spark-jar: $(STAMP)
 # kind from source (pinned), into ~/.cache/hybridmq/kind/; see hack/kind/README.md for the node image.
 kind:
 	@hack/kind/build.sh
+
+# The kind node image made here (hack/kind/node-image.sh; cached: seconds once built).
+kind-node-image: docker-engine k8s-binaries
+	@hack/kind/node-image.sh
+
+# A kind cluster from that image: 1 control-plane + KIND_WORKERS (default 3) workers.
+kind-up: kind-node-image
+	@hack/kind/cluster.sh up
+
+kind-down:
+	@hack/kind/cluster.sh down
+
+# The failover demo on kind, end to end (last line: the audit's verdict).
+kind-demo: setup kind-node-image
+	hack/kind-demo.sh
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

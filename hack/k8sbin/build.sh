@@ -3,6 +3,7 @@
 # Go module proxy, at one pinned release, into a cache directory keyed by version.
 #
 #   hack/k8sbin/build.sh            prints the directory holding the binaries (building if needed)
+#   K8SBIN_NODE=1 hack/k8sbin/build.sh   also kubelet, kubeadm and kube-proxy (for the kind node image)
 #
 # KUBEBUILDER_ASSETS (the envtest convention) overrides everything: if set, it is used as is.
 set -euo pipefail
@@ -12,7 +13,9 @@ HELM_VERSION="${HELM_VERSION:-v3.19.0}"
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cache_root="${HYBRIDMQ_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hybridmq}"
 out="${cache_root}/k8s/v${K8S_VERSION}"
-binaries=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl helm)
+kube_binaries=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
+[[ "${K8SBIN_NODE:-0}" == 1 ]] && kube_binaries+=(kubelet kubeadm kube-proxy)
+binaries=(etcd "${kube_binaries[@]}" helm)
 
 if [[ -n "${KUBEBUILDER_ASSETS:-}" ]]; then
   echo "${KUBEBUILDER_ASSETS}"
@@ -44,7 +47,7 @@ ldflags="-s -w -X ${pkg}.gitVersion=v${K8S_VERSION} -X ${pkg}.gitMajor=${major} 
 ldflags+=" -X ${pkg}.gitTreeState=clean -X ${pkg}.buildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
 ldflags+=" -X k8s.io/client-go/pkg/version.gitVersion=v${K8S_VERSION}"
 
-for b in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
+for b in "${kube_binaries[@]}"; do
   [[ -x "${out}/${b}" ]] && continue
   log "go build ${b} (the first build of a release takes a while on 2 cores)"
   go build -mod=mod -ldflags "${ldflags}" -o "${out}/${b}.tmp" "k8s.io/kubernetes/cmd/${b}"

@@ -47,6 +47,7 @@ class ClusterSettings:
     storage_size: str = "1Gi"
     storage_class: str | None = None
     delete_claim: bool = False
+    mm_topology_key: str = "kubernetes.io/hostname"
     fixed_count: int = 3
     fixed_replicas: int = 2
     min_in_sync: int = 2
@@ -83,6 +84,7 @@ class ClusterSettings:
             storage_size=str(spec.message_managers.storage.size),
             storage_class=spec.message_managers.storage.storage_class_name,
             delete_claim=spec.message_managers.storage.delete_claim,
+            mm_topology_key=spec.message_managers.topology_key,
             fixed_count=spec.partitions.fixed.count,
             fixed_replicas=spec.partitions.fixed.replicas,
             min_in_sync=spec.partitions.fixed.min_in_sync,

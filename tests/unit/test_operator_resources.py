@@ -148,6 +148,8 @@ def test_cm_statefulset_runs_cm_without_a_data_volume(settings: ClusterSettings)
     (container,) = sts["spec"]["template"]["spec"]["containers"]
     assert container["command"] == ["hybridmq", "cm"]
     assert env_of(container)["HYBRIDMQ_PORT"] == str(names.CM_CLIENT_PORT)
+    # Every address of the pod, so that `kubectl port-forward` (127.0.0.1 in the pod) reaches it too.
+    assert env_of(container)["HYBRIDMQ_BIND"] == f"0.0.0.0:{names.CM_CLIENT_PORT}"
     assert names.DATA_VOLUME not in {m["name"] for m in container["volumeMounts"]}
 
 
@@ -223,3 +225,20 @@ def test_tls_and_auth_secrets_are_mounted() -> None:
     assert env_of(cm)["HYBRIDMQ_CREDENTIALS"] == "/etc/hybridmq/auth"
     mm_pod = build_mm_statefulset(settings)["spec"]["template"]["spec"]
     assert "auth" not in {v["name"] for v in mm_pod["volumes"]}
+
+
+def anti_affinity_key(sts: dict[str, Any]) -> str:
+    terms = sts["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]
+    (term,) = terms["preferredDuringSchedulingIgnoredDuringExecution"]
+    return str(term["podAffinityTerm"]["topologyKey"])
+
+
+def test_mm_pods_spread_over_the_configured_topology_key() -> None:
+    default = ClusterSettings.from_body(body())
+    assert anti_affinity_key(build_mm_statefulset(default)) == "kubernetes.io/hostname"
+    zoned = ClusterSettings.from_body(body(messageManagers={"topologyKey": "topology.kubernetes.io/zone"}))
+    assert anti_affinity_key(build_mm_statefulset(zoned)) == "topology.kubernetes.io/zone"
+    # CMs hold no data: they stay spread per node.
+    assert anti_affinity_key(build_cm_statefulset(zoned)) == "kubernetes.io/hostname"
+    with pytest.raises(ValueError):
+        ClusterSettings.from_body(body(messageManagers={"topologyKey": ""}))

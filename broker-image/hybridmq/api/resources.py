@@ -264,6 +264,14 @@ class MessageManagersSpec(_Model):
     replicas: int = Field(default=3, ge=0, le=MAX_MESSAGE_MANAGERS, description="Number of MM pods.")
     storage: StorageSpec = Field(default_factory=StorageSpec, json_schema_extra=_default_of(StorageSpec))
     resources: ResourceRequirements | None = Field(default=None, description="MM container resources.")
+    topology_key: str = Field(
+        default="kubernetes.io/hostname",
+        min_length=1,
+        description="Node label whose values are failure domains (node, zone, rack). MM pods are "
+        "spread over its values (preferred pod anti-affinity, as Strimzi's rack awareness does); a "
+        "partition's replicas are always on different MMs, so with one MM per domain they are in "
+        "different domains.",
+    )
 
 
 class FixedPartitionsSpec(_Model):

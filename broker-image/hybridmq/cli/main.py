@@ -136,6 +136,8 @@ def cmd_cm(args: argparse.Namespace) -> None:
 
 
 async def _produce(args: argparse.Namespace) -> None:
+    # With CM failover: a producer whose CM dies (its node lost, say) goes on through another CM and
+    # resends what was not acknowledged, instead of failing on the closed connection.
     from hybridmq.client import Producer
 
     async with await Producer.connect(

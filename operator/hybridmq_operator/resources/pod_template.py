@@ -17,6 +17,10 @@ def _field_env(name: str, path: str) -> dict[str, Any]:
 
 def broker_env(settings: ClusterSettings, role: str) -> list[dict[str, Any]]:
     port = names.CM_CLIENT_PORT if role == names.ROLE_CM else names.MM_PORT
+    # The CM listens on every address of its pod: clients come through the Service (the pod IP) and
+    # through `kubectl port-forward`, which dials 127.0.0.1 inside the pod. An MM listens on the pod
+    # IP it advertises to its peers.
+    bind_host = "0.0.0.0" if role == names.ROLE_CM else "$(HYBRIDMQ_POD_IP)"
     env: list[dict[str, Any]] = [
         _field_env("HYBRIDMQ_POD_NAME", "metadata.name"),
         _field_env("HYBRIDMQ_POD_UID", "metadata.uid"),
@@ -26,7 +30,7 @@ def broker_env(settings: ClusterSettings, role: str) -> list[dict[str, Any]]:
         {"name": "HYBRIDMQ_ROLE", "value": role},
         # What the ``hybridmq cm|mm`` CLI reads (its flags' environment variables):
         {"name": "HYBRIDMQ_NAME", "value": "$(HYBRIDMQ_POD_NAME)"},
-        {"name": "HYBRIDMQ_BIND", "value": f"$(HYBRIDMQ_POD_IP):{port}"},
+        {"name": "HYBRIDMQ_BIND", "value": f"{bind_host}:{port}"},
         {"name": "HYBRIDMQ_HTTP_BIND", "value": f"$(HYBRIDMQ_POD_IP):{names.HTTP_PORT}"},
         # The same, split, for code that wants host and ports apart:
         {"name": "HYBRIDMQ_HOST", "value": "$(HYBRIDMQ_POD_IP)"},
@@ -130,7 +134,11 @@ def pod_template(settings: ClusterSettings, role: str) -> dict[str, Any]:
                         {
                             "weight": 100,
                             "podAffinityTerm": {
-                                "topologyKey": "kubernetes.io/hostname",
+                                # MMs: one per failure domain where possible (replicas
+                                # of a partition are on different MMs); CMs: one per node.
+                                "topologyKey": settings.mm_topology_key
+                                if role == names.ROLE_MM
+                                else "kubernetes.io/hostname",
                                 "labelSelector": {"matchLabels": names.selector_labels(settings.name, role)},
                             },
                         }

@@ -1,0 +1,43 @@
+"""The session's kind cluster: created by hack/kind/cluster.sh from the node image made here, deleted
+at the end (HYBRIDMQ_KIND_KEEP=1 keeps it); the project's Docker engine is stopped again when the
+session started it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+
+import pytest
+from kind_harness import CLUSTER_NAME, HACK, KindCluster
+
+
+def _tool_dir(script: str) -> str:
+    done = subprocess.run([str(HACK / script)], capture_output=True, text=True, timeout=1800)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout.strip().splitlines()[-1]
+
+
+@pytest.fixture(scope="session")
+def kind_cluster() -> Iterator[KindCluster]:
+    engine = HACK / "docker" / "engine.sh"
+    engine_was_up = subprocess.run([str(engine), "status"], capture_output=True, timeout=60).returncode == 0
+    env = dict(os.environ, KIND_CLUSTER=CLUSTER_NAME)
+    try:
+        up = subprocess.run(
+            [str(HACK / "kind" / "cluster.sh"), "up"], capture_output=True, text=True, timeout=2700, env=env
+        )
+        assert up.returncode == 0, up.stderr[-4000:]
+        env["KUBECONFIG"] = up.stdout.strip().splitlines()[-1].removeprefix("KUBECONFIG=")
+        started = subprocess.run([str(engine), "start"], capture_output=True, text=True, timeout=120)
+        env["DOCKER_HOST"] = started.stdout.strip().removeprefix("DOCKER_HOST=")
+        kind_dir = os.path.dirname(_tool_dir("kind/build.sh"))
+        env["PATH"] = os.pathsep.join([kind_dir, _tool_dir("k8sbin/build.sh"), env.get("PATH", "")])
+        yield KindCluster(CLUSTER_NAME, env)
+    finally:
+        if os.environ.get("HYBRIDMQ_KIND_KEEP") != "1":
+            subprocess.run(
+                [str(HACK / "kind" / "cluster.sh"), "down"], capture_output=True, timeout=300, env=env
+            )
+            if not engine_was_up:
+                subprocess.run([str(engine), "stop"], capture_output=True, timeout=120)
