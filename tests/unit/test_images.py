@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
@@ -222,134 +221,7 @@ def test_kind_demo_script_shellcheck_clean() -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-def test_kind_demo_uses_the_images_the_chart_and_the_audit() -> None:
-    text = DEMO.read_text()
-    for needle in (
-        "kind create cluster",
-        "docker build",
-        "-f broker-image/Dockerfile",
-        "kind load docker-image",
-        "helm upgrade --install",
-        "kind: BrokerCluster",
-        "hybridmq produce topic:demo",
-        "get hpart",
-        "delete pod",
-        "-m hybridmq.spark.audit --bootstrap",
-        "verdict=",
-    ):
-        assert needle in text, needle
-    assert "ghcr.io/hybridmq/operator" in text and "ghcr.io/hybridmq/broker" in text
-
-
-_STUB_KUBECTL = r"""#!/usr/bin/env bash
-# A stand-in kubectl for the demo script: remembers what it was asked, fakes a failover.
-state="${STUB_STATE:?}"
-echo "kubectl $*" >> "${state}/calls.log"
-args=" $* "
-case "${args}" in
-  *" apply -f - "*) cat >> "${state}/applied.yaml"; echo "---" >> "${state}/applied.yaml" ;;
-  *" create namespace "*) printf 'apiVersion: v1\nkind: Namespace\nmetadata:\n  name: x\n' ;;
-  *" create configmap "*)
-    for arg in "$@"; do
-      literal="${arg#--from-literal=load.sh=}"
-      [[ "${literal}" == "${arg}" ]] || printf '%s\n' "${literal}" > "${state}/load.sh"
-    done
-    printf 'apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\n' ;;
-  *" delete pod "*) touch "${state}/deleted" ;;
-  *" port-forward "*) echo "Forwarding from 127.0.0.1:17400 -> 7400"; exec sleep 30 ;;
-  *" --watch-only "*) exec sleep 30 ;;
-  *"jsonpath={range"*) echo "demo-fixed-0"; echo "demo-fixed-1" ;;
-  *"jsonpath={.status.primary}"*) [[ -e "${state}/deleted" ]] && echo demo-mm-1 || echo demo-mm-0 ;;
-  *"jsonpath={.status.epoch}"*) [[ -e "${state}/deleted" ]] && echo 2 || echo 1 ;;
-esac
-exit 0
-"""
-
-_STUB_LOGGING = r"""#!/usr/bin/env bash
-echo "$(basename "$0") $*" >> "${STUB_STATE:?}/calls.log"
-if [[ "$(basename "$0")" == audit-python ]]; then
-  echo "records=40000 lost=0 duplicates=0"
-  echo "verdict=PASS ok"
-fi
-exit 0
-"""
-
-
-def test_kind_demo_flow_with_stub_tools(tmp_path: Path) -> None:
-    """Runs the script with stand-ins for docker, kind, kubectl, helm and the CLI: the whole story."""
-    bindir, state = tmp_path / "bin", tmp_path / "state"
-    bindir.mkdir()
-    state.mkdir()
-    for tool, body in {"kubectl": _STUB_KUBECTL, "docker": _STUB_LOGGING, "kind": _STUB_LOGGING}.items():
-        (bindir / tool).write_text(body)
-    (bindir / "helm").write_text(_STUB_LOGGING)
-    (bindir / "audit-python").write_text(_STUB_LOGGING)
-    for path in bindir.iterdir():
-        path.chmod(0o755)
-    env_path = f"{bindir}:/usr/bin:/bin"
-    env = {
-        "PATH": env_path,
-        "HOME": str(tmp_path),
-        "STUB_STATE": str(state),
-        "WATCH_SECONDS": "0",
-        "WARMUP_SECONDS": "0",
-        "AUDIT_PYTHON": str(bindir / "audit-python"),
-        "TMPDIR": str(tmp_path),
-    }
-    proc = subprocess.run(
-        ["bash", str(DEMO)], capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout.rstrip().splitlines()[-1] == "\x1b[1mverdict=PASS ok\x1b[0m"
-    assert "demo-mm-0 -> demo-mm-1, epoch 1 -> 2" in proc.stdout
-
-    calls = (state / "calls.log").read_text().splitlines()
-    order = [
-        next(i for i, c in enumerate(calls) if c.startswith(prefix))
-        for prefix in (
-            "kind create cluster --name hybridmq",
-            "docker build",
-            "kind load docker-image --name hybridmq ghcr.io/hybridmq/operator:dev",
-            "helm --kube-context kind-hybridmq upgrade --install hybridmq helm/hybridmq",
-            "kubectl --context kind-hybridmq -n hybridmq-demo wait brokercluster/demo",
-            "kubectl --context kind-hybridmq -n hybridmq-demo delete pod demo-mm-0",
-            "kubectl --context kind-hybridmq -n hybridmq-demo wait job/demo-load",
-            "audit-python -m hybridmq.spark.audit --bootstrap 127.0.0.1:17400",
-        )
-    ]
-    assert order == sorted(order)
-    builds = [c for c in calls if c.startswith("docker build")]
-    assert any("-t ghcr.io/hybridmq/operator:dev -f Dockerfile ." in c for c in builds)
-    assert any("-t ghcr.io/hybridmq/broker:dev -f broker-image/Dockerfile ." in c for c in builds)
-
-    applied = [d for d in yaml.safe_load_all((state / "applied.yaml").read_text()) if d]
-    kinds = {d["kind"]: d for d in applied}
-    assert kinds["BrokerCluster"]["spec"]["image"] == "ghcr.io/hybridmq/broker:dev"
-    job = kinds["Job"]["spec"]["template"]["spec"]
-    assert [c["command"] for c in job["containers"]] == [
-        ["/bin/sh", "/load/load.sh", "fixed"],
-        ["/bin/sh", "/load/load.sh", "on-demand"],
-    ]
-    assert all(c["securityContext"]["readOnlyRootFilesystem"] for c in job["containers"])
-    env = {e["name"]: e["value"] for e in job["containers"][0]["env"]}
-    assert env == {"HYBRIDMQ_BOOTSTRAP": "demo.hybridmq-demo.svc:7400", "MESSAGES": "20000", "PAUSE": "0.100"}
-
-    # The load script, run with a stand-in `hybridmq` that records its arguments and stdin.
-    (bindir / "hybridmq").write_text(
-        '#!/bin/sh\necho "$*" > "$STUB_STATE/produce.args"\nwc -l > "$STUB_STATE/produced"\n'
-    )
-    (bindir / "hybridmq").chmod(0o755)
-    load = subprocess.run(
-        ["sh", str(state / "load.sh"), "fixed"],
-        env={**env, "MESSAGES": "120", "PAUSE": "0", "PATH": env_path, "STUB_STATE": str(state)},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert load.returncode == 0, load.stderr
-    assert (state / "produced").read_text().strip() == "120"
-    args = (state / "produce.args").read_text().split()
-    assert args == ["produce", "topic:demo", "--partition-type", "fixed", "--key", "demo-fixed"]
+# The demo's flow itself runs for real on a kind cluster made here: tests/kind/test_kind_journey.py.
 
 
 # --- the CLI the chart's test pod and the demo call -----------------------------------------------
