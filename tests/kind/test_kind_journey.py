@@ -88,6 +88,7 @@ def test_mm_data_survives_pod_deletion(kind_cluster: KindCluster) -> None:
     assert kept.strip() == marker
 
 
+@pytest.mark.node_loss
 def test_node_loss_loses_no_acknowledged_message(kind_cluster: KindCluster) -> None:
     """`docker stop` of a worker running a primary MM (and a CM): a new primary, then the audit finds
     every message the producers sent (the audit's PASS and its record count), in order, once. The
