@@ -81,6 +81,7 @@ from hybridmq.broker.ids import IdGenerator
 from hybridmq.broker.log_events import LogEventBuffer, log_partition, log_partition_owner
 from hybridmq.protocol import Connection, ProtocolError, RemoteError, read_frame
 from hybridmq.protocol.connection import HIGH_WATER, ConnectionClosed
+from hybridmq.protocol.tls import BrokerTls
 
 log = logging.getLogger(__name__)
 CONSUMABLE_RESERVED = (DMQ_DESTINATION, LOG_DESTINATION)
@@ -100,6 +101,7 @@ class CMConfig:
     auth_concurrency: int = 1  # PBKDF2 verifications at a time (auth/throttle.py)
     auth_max_waiting: int = 64  # HELLOs waiting for one; more are refused with AUTH_BUSY
     auth_failure_delay_s: float = 0.5  # before answering AUTH_FAILED
+    tls_dir: str | None = None  # certificates (protocol/tls.py): TLS for clients, mutual TLS to MMs
 
 
 @dataclass(eq=False)
@@ -136,6 +138,7 @@ class ConnectionManager:
         )
         self.acl = acl or AclTable()
         self.ids = IdGenerator(config.name)
+        self.tls = BrokerTls(config.tls_dir) if config.tls_dir else None
         self.links: dict[str, MMLink] = {}
         self._retired: set[asyncio.Task[None]] = set()  # links to an MM's old address, stopping
         self._primaries: dict[str, str | None] = {}  # partition -> primary MM, as last seen
@@ -153,7 +156,7 @@ class ConnectionManager:
             config.name,
             source.brokers,
             self._app_counts,
-            http_peer_fetcher(),
+            http_peer_fetcher(tls=self.tls),
             load_registrations(config.directory_config),
         )
 
@@ -167,7 +170,11 @@ class ConnectionManager:
         self.source.subscribe(self._on_table)
         self._sync_links()
         self._server = await asyncio.start_server(
-            self._serve, self.config.host, self.config.port, limit=2 * 1024 * 1024
+            self._serve,
+            self.config.host,
+            self.config.port,
+            limit=2 * 1024 * 1024,
+            ssl=self.tls.server(peer_cert=False) if self.tls is not None else None,
         )
         self._log_events = LogEventBuffer(self.config.name, "cm").install()
         self._log_task = asyncio.create_task(self._publish_log_events(self._log_events))
@@ -266,6 +273,7 @@ class ConnectionManager:
                     self.config.max_frame,
                     self._on_mm_frame,
                     self._replay_subscriptions,
+                    self.tls,
                 )
                 self.links[b.name] = link
                 link.start()
