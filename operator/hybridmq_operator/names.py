@@ -49,6 +49,7 @@ CLUSTER_SECRET_KEY: Final = "secret"
 
 CONFIG_FILE: Final = "hybridmq.yaml"
 CONFIG_MOUNT: Final = "/etc/hybridmq"
+TLS_MOUNT: Final = "/etc/hybridmq-tls"  # not under CONFIG_MOUNT: a read-only mount cannot nest another
 DATA_MOUNT: Final = "/var/lib/hybridmq"
 DATA_VOLUME: Final = "data"
 
@@ -67,6 +68,21 @@ def client_service_name(cluster: str) -> str:
 
 def cluster_secret_name(cluster: str) -> str:
     return f"{cluster}-cluster-secret"
+
+
+def ca_secret_name(cluster: str) -> str:
+    """The cluster CA: its key, certificate and revocation list (read by the operator only)."""
+    return f"{cluster}-cluster-ca"
+
+
+def ca_cert_secret_name(cluster: str) -> str:
+    """The cluster CA's certificate alone: what clients mount to verify the CMs."""
+    return f"{cluster}-cluster-ca-cert"
+
+
+def broker_tls_secret_name(cluster: str) -> str:
+    """The brokers' certificate (``kubernetes.io/tls`` + ``ca.crt``, ``ca.crl``), mounted by every pod."""
+    return f"{cluster}-broker-tls"
 
 
 def network_policy_name(cluster: str) -> str:

@@ -383,13 +383,26 @@ class AuthSpec(_Model):
 
 
 class TlsSpec(_Model):
-    """TLS on the client listener."""
+    """TLS on every listener: clients -> CMs, CMs -> MMs, MM replication, the HTTP endpoints."""
 
-    enabled: bool = Field(default=False, description="Serve the client protocol over TLS.")
+    model_config = ConfigDict(
+        json_schema_extra=_rules(
+            (
+                "!has(self.secretName) || self.enabled",
+                "tls.secretName names the certificates of a TLS listener: it needs tls.enabled true",
+            ),
+        )
+    )
+
+    enabled: bool = Field(
+        default=True,
+        description="TLS on every listener, mutual TLS between brokers; plain TCP only when false.",
+    )
     secret_name: str | None = Field(
         default=None,
         max_length=_NAME_MAX,
-        description="kubernetes.io/tls Secret with the server certificate; self-signed when unset.",
+        description="Secret with tls.crt, tls.key and ca.crt (e.g. written by a cert-manager Certificate) "
+        "used by every broker instead of a certificate of the operator's cluster CA.",
     )
 
 

@@ -138,13 +138,40 @@ def serial_of(cert_pem: str) -> int:
     return int(x509.load_pem_x509_certificate(cert_pem.encode()).serial_number)
 
 
-def needs_renewal(cert_pem: str, *, before: dt.timedelta, now: dt.datetime | None = None) -> bool:
-    """True when the certificate expires within ``before`` (or cannot be read)."""
+@dataclass(frozen=True)
+class CertInfo:
+    serial: int
+    not_after: dt.datetime
+    dns_names: frozenset[str]
+    ip_addresses: frozenset[str]
+    issuer_key_id: bytes | None  # the signing CA's key identifier
+
+
+def describe(cert_pem: str) -> CertInfo:
+    """What a rotation decision needs to know of a certificate (``ValueError`` if unreadable)."""
+    cert = x509.load_pem_x509_certificate(cert_pem.encode())
     try:
-        cert = x509.load_pem_x509_certificate(cert_pem.encode())
-    except ValueError:
-        return True
-    return cert.not_valid_after_utc - before <= (now or _now())
+        sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        dns, ips = sans.get_values_for_type(x509.DNSName), sans.get_values_for_type(x509.IPAddress)
+    except x509.ExtensionNotFound:
+        dns, ips = [], []
+    try:
+        aki = cert.extensions.get_extension_for_class(x509.AuthorityKeyIdentifier).value.key_identifier
+    except x509.ExtensionNotFound:
+        aki = None
+    return CertInfo(
+        int(cert.serial_number),
+        cert.not_valid_after_utc,
+        frozenset(dns),
+        frozenset(str(i) for i in ips),
+        aki,
+    )
+
+
+def key_id(ca_cert_pem: str) -> bytes:
+    """The CA's subject key identifier (what the certificates it signs name as their issuer)."""
+    cert = x509.load_pem_x509_certificate(ca_cert_pem.encode())
+    return bytes(x509.SubjectKeyIdentifier.from_public_key(cert.public_key()).digest)
 
 
 def write_tls_dir(directory: Path, files: dict[str, str]) -> Path:
