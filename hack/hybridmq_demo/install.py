@@ -7,7 +7,9 @@ tail of a crashing container's log), never with a bare timeout.
 
 from __future__ import annotations
 
+import base64
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -151,6 +153,18 @@ class Installer:
                 return None
             raise
         return BrokerCluster.model_validate(obj)
+
+    def trust_cluster_ca(self, out_dir: Path) -> Path:
+        """What a client in the cluster does: take the CA certificate from ``<c>-cluster-ca-cert``
+        and verify the CMs with it, for the client Service's name (the broker table gives pod IPs).
+        Set for this process and its children (the producers, consumers and the audit)."""
+        name = f"{self.topology.name}-cluster-ca-cert"
+        secret = client.CoreV1Api(self.cluster.api_client()).read_namespaced_secret(name, NAMESPACE)
+        ca_file = out_dir / "ca.crt"
+        ca_file.write_bytes(base64.b64decode((secret.data or {})["ca.crt"]))
+        os.environ["HYBRIDMQ_TLS_CA"] = str(ca_file)
+        os.environ["HYBRIDMQ_TLS_SERVER_NAME"] = f"{self.topology.name}.{NAMESPACE}.svc"
+        return ca_file
 
     def cm_addresses(self) -> list[str]:
         bc = self.read_brokercluster()

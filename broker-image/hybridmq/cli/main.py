@@ -141,6 +141,7 @@ def cmd_cm(args: argparse.Namespace) -> None:
         tls_dir=args.tls_dir,
     )
     config.directory_config = args.directory_config  # static application registrations
+    config.credentials_path, config.acl_path = args.credentials, args.acl  # followed while running
     try:
         cm = connection_manager(
             config,

@@ -64,6 +64,7 @@ from hybridmq.api.frames import (
 )
 from hybridmq.broker.assignment_source import AssignmentSource
 from hybridmq.broker.auth import AclTable, CredentialStore, cluster_secret
+from hybridmq.broker.auth.reload import AuthFiles, revoked
 from hybridmq.broker.auth.subscription_scope import may_reach
 from hybridmq.broker.auth.throttle import AuthBusy, AuthGate
 from hybridmq.broker.cm import fetch_route
@@ -102,6 +103,9 @@ class CMConfig:
     auth_max_waiting: int = 64  # HELLOs waiting for one; more are refused with AUTH_BUSY
     auth_failure_delay_s: float = 0.5  # before answering AUTH_FAILED
     tls_dir: str | None = None  # certificates (protocol/tls.py): TLS for clients, mutual TLS to MMs
+    credentials_path: str | None = None  # re-read when it changes (auth/reload.py), as acl_path
+    acl_path: str | None = None
+    auth_reload_s: float = 1.0
 
 
 @dataclass(eq=False)
@@ -149,6 +153,8 @@ class ConnectionManager:
         self._server: asyncio.base_events.Server | None = None
         self._log_events: LogEventBuffer | None = None
         self._log_task: asyncio.Task[None] | None = None
+        self._auth_task: asyncio.Task[None] | None = None
+        self.auth_reloads = 0
         self.ready = False
         self.produced_batches = 0
         self.delivered_batches = 0
@@ -178,6 +184,9 @@ class ConnectionManager:
         )
         self._log_events = LogEventBuffer(self.config.name, "cm").install()
         self._log_task = asyncio.create_task(self._publish_log_events(self._log_events))
+        if self.config.credentials_path or self.config.acl_path:
+            files = AuthFiles(self.config.credentials_path, self.config.acl_path)
+            self._auth_task = asyncio.create_task(self._follow_auth(files))
         self.ready = True
         log.info("cm %s listening on %s:%d", self.config.name, self.config.host, self.config.port)
 
@@ -192,8 +201,40 @@ class ConnectionManager:
         await self.source.stop()
         if self._log_task is not None:
             self._log_task.cancel()
+        if self._auth_task is not None:
+            self._auth_task.cancel()
         if self._log_events is not None:
             self._log_events.remove()
+
+    async def _follow_auth(self, files: AuthFiles) -> None:
+        """Take up changed users and ACLs; end the sessions of users removed or given another
+        password (an ACL change applies to the next request of every session)."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(self.config.auth_reload_s)
+            try:
+                tables = await loop.run_in_executor(None, files.poll)  # plain passwords get hashed
+            except Exception:
+                log.exception("reloading users and ACLs")
+                continue
+            if tables is not None:
+                self.apply_auth(*tables)
+
+    def apply_auth(self, credentials: CredentialStore, acl: AclTable) -> None:
+        gone = revoked(self.credentials, credentials)
+        self.credentials = self.auth.store = credentials
+        self.acl = acl
+        self.auth_reloads += 1
+        ended = [s for s in list(self.sessions.values()) if s.user in gone]
+        for session in ended:
+            try:
+                session.conn.send_nowait(
+                    error_frame(ErrorCode.AUTH_FAILED, f"user {session.user!r} was revoked", fatal=True)
+                )
+            except ConnectionClosed:
+                pass
+            session.conn.close()
+        log.info("users and ACLs reloaded; %d sessions of revoked users ended", len(ended))
 
     async def _publish_log_events(self, events: LogEventBuffer) -> None:
         """Forward this CM's log events to ``topic:_LOG`` in the internal log partition of one MM
@@ -642,6 +683,7 @@ class ConnectionManager:
             "delivered_batches": self.delivered_batches,
             "mm_links": {n: self._link_up(n) for n in self.links},
             "applications": self._app_counts(),
+            "auth_reloads": self.auth_reloads,
         }
 
     async def _admin(self, session: Session, frame: dict[str, Any]) -> None:
