@@ -130,3 +130,14 @@ def _matches(pattern: str, name: str) -> bool:
         head, _, rest = name.partition(".")
         return bool(head) and rest == pattern[2:]
     return pattern == name
+
+
+def test_long_cluster_and_namespace_names_still_get_a_ca_and_a_certificate() -> None:
+    # A 49-character cluster name in a 63-character namespace: the common names would pass the
+    # 64 characters X.509 allows.
+    s = dataclasses.replace(settings(), name="c" * 49, namespace="n" * 63)
+    ca = pki.new_ca(f"hybridmq {s.name} CA {s.namespace}")
+    cert = pki.issue(ca, f"{s.name} brokers in {s.namespace}", dns_names=broker_dns_names(s)[:3])
+    x509.load_pem_x509_certificate(cert.cert.encode()).verify_directly_issued_by(
+        x509.load_pem_x509_certificate(ca.cert.encode())
+    )

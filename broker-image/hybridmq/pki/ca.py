@@ -24,6 +24,14 @@ class Issued:
     key: str  # PEM (PKCS#8, unencrypted: it lives in a Secret or a 0600 file)
 
 
+CN_MAX = 64  # X.509 upper bound of a common name
+
+
+def _cn(common_name: str) -> x509.Name:
+    # Names come from Kubernetes objects (a namespace alone may be 63 characters): keep the start.
+    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name[:CN_MAX])])
+
+
 def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
@@ -40,7 +48,7 @@ def _pem_key(key: ec.EllipticCurvePrivateKey) -> str:
 
 def new_ca(common_name: str, days: int = 3650) -> Issued:
     key = _key()
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+    name = _cn(common_name)
     now = _now()
     cert = (
         x509.CertificateBuilder()
@@ -95,7 +103,7 @@ def issue(
     sans += [x509.IPAddress(ipaddress.ip_address(i)) for i in dict.fromkeys(ip_addresses)]
     builder = (
         x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]))
+        .subject_name(_cn(common_name))
         .issuer_name(ca_cert.subject)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
