@@ -13,6 +13,8 @@ CLUSTER_KIND: Final = "BrokerCluster"
 CLUSTER_PLURAL: Final = "brokerclusters"
 PARTITION_KIND: Final = "Partition"
 PARTITION_PLURAL: Final = "partitions"
+USER_KIND: Final = "BrokerUser"
+USER_PLURAL: Final = "brokerusers"
 
 MANAGER: Final = "hybridmq-operator"
 
@@ -83,6 +85,16 @@ def ca_cert_secret_name(cluster: str) -> str:
 def broker_tls_secret_name(cluster: str) -> str:
     """The brokers' certificate (``kubernetes.io/tls`` + ``ca.crt``, ``ca.crl``), mounted by every pod."""
     return f"{cluster}-broker-tls"
+
+
+def users_secret_name(cluster: str) -> str:
+    """The CMs' users and ACLs, written from the cluster's BrokerUsers (hashed passwords only)."""
+    return f"{cluster}-users"
+
+
+def user_credentials_secret_name(user: str) -> str:
+    """A BrokerUser's generated password (keys ``username``, ``password``)."""
+    return f"{user}-credentials"
 
 
 def network_policy_name(cluster: str) -> str:

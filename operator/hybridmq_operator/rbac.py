@@ -22,6 +22,9 @@ OPERATOR_RULES: list[dict[str, Any]] = [
         "resources": [f"{names.CLUSTER_PLURAL}/status", f"{names.PARTITION_PLURAL}/status"],
         "verbs": ["get", "patch", "update"],
     },
+    # BrokerUsers: watched (an event recomputes the cluster's users), their status written.
+    {"apiGroups": [names.GROUP], "resources": [names.USER_PLURAL], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": [names.GROUP], "resources": [f"{names.USER_PLURAL}/status"], "verbs": ["get", "patch"]},
     {
         "apiGroups": [names.GROUP],
         "resources": [names.PARTITION_PLURAL],

@@ -85,7 +85,7 @@ def free_port() -> int:
 
 def apply_crds(cluster: LocalCluster) -> None:
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRDS))
-    for crd in ("brokerclusters.hybridmq.io", "partitions.hybridmq.io"):
+    for crd in ("brokerclusters.hybridmq.io", "partitions.hybridmq.io", "brokerusers.hybridmq.io"):
         cluster.kubectl("wait", "--for=condition=Established", f"crd/{crd}", "--timeout=60s")
 
 

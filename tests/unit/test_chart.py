@@ -300,6 +300,8 @@ _ALL = ("get", "list", "watch", "create", "update", "patch", "delete")
 EXPECTED_NAMESPACED: dict[tuple[str, str], tuple[str, ...]] = {
     ("hybridmq.io", "brokerclusters"): ("get", "list", "watch", "patch", "update"),
     ("hybridmq.io", "partitions"): _ALL,
+    ("hybridmq.io", "brokerusers"): ("get", "list", "watch"),
+    ("hybridmq.io", "brokerusers/status"): ("get", "patch"),
     ("hybridmq.io", "brokerclusters/status"): ("get", "update", "patch"),
     ("hybridmq.io", "partitions/status"): ("get", "update", "patch"),
     ("hybridmq.io", "brokerclusters/finalizers"): ("update",),

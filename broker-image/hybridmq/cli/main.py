@@ -142,6 +142,8 @@ def cmd_cm(args: argparse.Namespace) -> None:
     )
     config.directory_config = args.directory_config  # static application registrations
     config.credentials_path, config.acl_path = args.credentials, args.acl  # followed while running
+    # BrokerUsers: the operator's <cluster>-users Secret, read through the API server.
+    config.users_secret, config.namespace = _env("USERS_SECRET"), _env("NAMESPACE")
     try:
         cm = connection_manager(
             config,

@@ -12,6 +12,7 @@ from typing import Any, NoReturn
 import kopf
 
 from hybridmq_operator import kube, names, tls
+from hybridmq_operator.handlers import users
 from hybridmq_operator.resources import build_children, build_cluster_secret, generate_value
 from hybridmq_operator.settings import ClusterSettings
 
@@ -49,6 +50,10 @@ def apply_children(body: kopf.Body, logger: Logger) -> int:
             what = f"applying {manifest['kind']}/{manifest['metadata']['name']}: {exc}"
             _failed(body, key, "ChildrenNotApplied", what, exc)
     failures.pop(key, None)
+    try:
+        users.sync_users(settings.namespace, settings.name)  # auth switched on or off
+    except kube.KubeError as exc:
+        logger.warning("syncing the BrokerUsers of %s: %s", settings.name, exc)
     if current is not None and mm_replicas > settings.mm_replicas:
         logger.info("MM scale-down %d -> %d waits for evacuation", current, settings.mm_replicas)
     return mm_replicas

@@ -9,6 +9,7 @@ from typing import Any
 from hybridmq_operator import names
 from hybridmq_operator.resources.configmap import config_digest
 from hybridmq_operator.resources.tls import broker_tls_secret
+from hybridmq_operator.resources.users import users_managed
 from hybridmq_operator.settings import ClusterSettings
 
 
@@ -53,6 +54,8 @@ def broker_env(settings: ClusterSettings, role: str) -> list[dict[str, Any]]:
     ]
     if role == names.ROLE_CM and settings.auth.get("secretName"):
         env.append({"name": "HYBRIDMQ_CREDENTIALS", "value": f"{names.CONFIG_MOUNT}/auth"})
+    if role == names.ROLE_CM and users_managed(settings):  # BrokerUsers, read through the API
+        env.append({"name": "HYBRIDMQ_USERS_SECRET", "value": names.users_secret_name(settings.name)})
     if broker_tls_secret(settings):  # every listener on TLS, mutual TLS between brokers
         env.append({"name": "HYBRIDMQ_TLS_DIR", "value": names.TLS_MOUNT})
     if role == names.ROLE_MM:

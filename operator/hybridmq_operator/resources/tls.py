@@ -78,7 +78,7 @@ def broker_cert_due(
     return None
 
 
-def _data(files: Mapping[str, str]) -> dict[str, str]:
+def encode_data(files: Mapping[str, str]) -> dict[str, str]:
     return {k: base64.b64encode(v.encode()).decode() for k, v in files.items()}
 
 
@@ -95,7 +95,7 @@ def _secret(settings: ClusterSettings, name: str, files: Mapping[str, str], kind
         "kind": "Secret",
         "metadata": metadata(settings, name),
         "type": kind,
-        "data": _data(files),
+        "data": encode_data(files),
     }
 
 

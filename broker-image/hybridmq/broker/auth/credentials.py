@@ -15,30 +15,17 @@ which users exist.
 from __future__ import annotations
 
 import hashlib
-import hmac
 import os
 import threading
 from collections import OrderedDict
 from pathlib import Path
 
-ITERATIONS = 20_000
-_PREFIX = "pbkdf2$"
+from hybridmq.api.password_hash import ITERATIONS, hash_password, verify_password
+from hybridmq.api.password_hash import PREFIX as _PREFIX
+
+__all__ = ["ITERATIONS", "CredentialStore", "hash_password", "verify_password"]
+
 CACHE_SIZE = 1024
-
-
-def hash_password(password: str, iterations: int = ITERATIONS) -> str:
-    salt = os.urandom(16)
-    digest = hashlib.pbkdf2_hmac("sha256", password.encode(), salt, iterations)
-    return f"{_PREFIX}{iterations}${salt.hex()}${digest.hex()}"
-
-
-def verify_password(password: str, stored: str) -> bool:
-    try:
-        _, iterations, salt_hex, digest_hex = stored.split("$")
-        digest = hashlib.pbkdf2_hmac("sha256", password.encode(), bytes.fromhex(salt_hex), int(iterations))
-    except ValueError:
-        return False
-    return hmac.compare_digest(digest.hex(), digest_hex)
 
 
 class CredentialStore:

@@ -64,6 +64,7 @@ from hybridmq.api.frames import (
 )
 from hybridmq.broker.assignment_source import AssignmentSource
 from hybridmq.broker.auth import AclTable, CredentialStore, cluster_secret
+from hybridmq.broker.auth.kube_users import KubeUsersSecret
 from hybridmq.broker.auth.reload import AuthFiles, revoked
 from hybridmq.broker.auth.subscription_scope import may_reach
 from hybridmq.broker.auth.throttle import AuthBusy, AuthGate
@@ -106,6 +107,8 @@ class CMConfig:
     credentials_path: str | None = None  # re-read when it changes (auth/reload.py), as acl_path
     acl_path: str | None = None
     auth_reload_s: float = 1.0
+    users_secret: str | None = None  # <c>-users, from BrokerUsers (auth/kube_users.py)
+    namespace: str | None = None  # of users_secret
 
 
 @dataclass(eq=False)
@@ -184,7 +187,15 @@ class ConnectionManager:
         )
         self._log_events = LogEventBuffer(self.config.name, "cm").install()
         self._log_task = asyncio.create_task(self._publish_log_events(self._log_events))
-        if self.config.credentials_path or self.config.acl_path:
+        if self.config.users_secret:
+            secret = KubeUsersSecret(self.config.namespace or "default", self.config.users_secret)
+            # Nobody is admitted before the first read (an empty table, authentication on).
+            self.apply_auth(CredentialStore({}), AclTable({}))
+            first = await asyncio.get_running_loop().run_in_executor(None, secret.poll)
+            if first is not None:
+                self.apply_auth(*first)
+            self._auth_task = asyncio.create_task(self._follow_auth(secret))
+        elif self.config.credentials_path or self.config.acl_path:
             files = AuthFiles(self.config.credentials_path, self.config.acl_path)
             self._auth_task = asyncio.create_task(self._follow_auth(files))
         self.ready = True
@@ -206,7 +217,7 @@ class ConnectionManager:
         if self._log_events is not None:
             self._log_events.remove()
 
-    async def _follow_auth(self, files: AuthFiles) -> None:
+    async def _follow_auth(self, files: AuthFiles | KubeUsersSecret) -> None:
         """Take up changed users and ACLs; end the sessions of users removed or given another
         password (an ACL change applies to the next request of every session)."""
         loop = asyncio.get_running_loop()
