@@ -12,7 +12,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from kubernetes import client
 
@@ -186,7 +186,10 @@ class Installer:
         custom.create_namespaced_custom_object(GROUP, VERSION, NAMESPACE, "brokerusers", body)
 
         def admitted() -> tuple[bool, str]:
-            obj = dict(custom.get_namespaced_custom_object(GROUP, VERSION, NAMESPACE, "brokerusers", name))
+            obj = cast(
+                dict[str, Any],
+                custom.get_namespaced_custom_object(GROUP, VERSION, NAMESPACE, "brokerusers", name),
+            )
             conds = {c["type"]: c for c in (obj.get("status") or {}).get("conditions") or []}
             ready = conds.get("Ready") or {}
             return ready.get("status") == "True", f"BrokerUser {name}: {ready.get('reason', 'no status yet')}"
