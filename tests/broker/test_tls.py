@@ -11,6 +11,8 @@ import asyncio
 import socket
 import ssl
 import struct
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from functools import partial
@@ -180,3 +182,19 @@ async def test_rotation_keeps_connections_and_serves_the_new_certificate(
         await producer.send("queue:rotate", b"after")
         assert producer.session.reconnects == 0  # the open connection was never dropped
     cluster.wait_linked()  # the brokers' own links, re-established with the new files, still work
+
+
+def test_a_missing_ca_file_is_a_clear_error(tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere.crt"
+    argv = ["produce", "queue:x", "-m", "hi", "--bootstrap", "127.0.0.1:1", "--tls-ca", str(missing)]
+    out = subprocess.run(
+        [sys.executable, "-m", "hybridmq.cli.main", *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 1
+    assert (
+        out.stderr.strip()
+        == f"hybridmq produce: TLS: TLS CA file '{tmp_path / 'nowhere.crt'}' does not exist"
+    )

@@ -231,6 +231,16 @@ def _client_args(p: argparse.ArgumentParser) -> None:
     _tls_client_args(p)
 
 
+def _client_command(args: argparse.Namespace, command: Any) -> None:
+    """Run a client command; a TLS setting that cannot work is a one-line error, not a traceback."""
+    import ssl
+
+    try:
+        asyncio.run(command(args))
+    except (FileNotFoundError, ssl.SSLError) as exc:
+        sys.exit(f"hybridmq {args.cmd}: TLS: {exc}")
+
+
 def _tls_client_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tls-ca", default=_env("TLS_CA"), help="CA file to verify the CM with (TLS on)")
     p.add_argument(
@@ -278,7 +288,7 @@ def main(argv: list[str] | None = None) -> None:
     pr.add_argument("-n", "--count", type=int, default=1)
     pr.add_argument("--key")
     pr.add_argument("--partition-type", choices=["fixed", "on-demand"], default="on-demand")
-    pr.set_defaults(func=lambda a: asyncio.run(_produce(a)))
+    pr.set_defaults(func=lambda a: _client_command(a, _produce))
 
     co = sub.add_parser("consume", help="print messages as JSON lines")
     _client_args(co)
@@ -286,7 +296,7 @@ def main(argv: list[str] | None = None) -> None:
     co.add_argument("--durable")
     co.add_argument("-n", "--count", type=int, default=0)
     co.add_argument("--timeout", type=float, default=None)
-    co.set_defaults(func=lambda a: asyncio.run(_consume(a)))
+    co.set_defaults(func=lambda a: _client_command(a, _consume))
 
     lo = sub.add_parser("local", help="CMs + N MMs on loopback (static, or replicated with --replicas)")
     lo.add_argument("--mms", type=int, default=1)
