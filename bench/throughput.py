@@ -11,6 +11,12 @@ a consumer in another process. The rate is messages / (first send -> last messag
 
     .venv/bin/python bench/throughput.py [--messages 1000000] [--size 100] [--fsync group]
     .venv/bin/python bench/throughput.py --awaited [--messages 200000] [--in-flight 1000]
+    .venv/bin/python bench/throughput.py --tls [--rounds 2] [--awaited]
+
+``--tls`` measures plain TCP and TLS (``LocalCluster(tls=True)``: client -> CM and CM -> MM on TLS)
+in the same run, alternating ``--rounds`` times, and ends with ``tls_ratio=`` (TLS msgs/s over
+plain, the medians of the rounds); ``tls_cpu_ratio`` compares the CPU per message of the CM, the MM
+and the client (plain over TLS), which other work on a shared machine disturbs less.
 """
 
 from __future__ import annotations
@@ -20,12 +26,16 @@ import asyncio
 import json
 import os
 import platform
+import statistics
 import struct
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from ssl import SSLContext
+
+import psutil
 
 from hybridmq.broker.runtime import install_uvloop
 from hybridmq.client import Consumer, Producer
@@ -44,10 +54,11 @@ async def run(
     window: int,
     pending_bytes: int,
     dest: str = "topic:bench",
+    ssl: SSLContext | None = None,
 ) -> dict[str, float]:
-    consumer = await Consumer.connect(bootstrap, dest, window=window, window_bytes=window << 8)
+    consumer = await Consumer.connect(bootstrap, dest, window=window, window_bytes=window << 8, ssl=ssl)
     producer = await Producer.connect(
-        bootstrap, linger_ms=linger_ms, batch_bytes=batch_bytes, max_pending_bytes=pending_bytes
+        bootstrap, linger_ms=linger_ms, batch_bytes=batch_bytes, max_pending_bytes=pending_bytes, ssl=ssl
     )
     pad = b"x" * (size - _TS.size)
     latencies: list[int] = []
@@ -118,15 +129,23 @@ async def awaited_consumer(bootstrap: str, messages: int, window: int, dest: str
     await consumer.close()
 
 
-def run_awaited(bootstrap: str, args: argparse.Namespace) -> dict[str, float]:
-    """The producer and the consumer as separate processes (this file, ``--role``)."""
+def run_awaited(bootstrap: str, args: argparse.Namespace, ca_file: Path | None = None) -> dict[str, float]:
+    """The producer and the consumer as separate processes (this file, ``--role``); over TLS with
+    ``ca_file`` (``HYBRIDMQ_TLS_CA``)."""
     common = [sys.executable, __file__, "--bootstrap", bootstrap, "--messages", str(args.messages)]
     common += ["--size", str(args.size), "--dest", args.dest, "--window", str(args.window)]
-    consumer = subprocess.Popen([*common, "--role", "consumer"], stdout=subprocess.PIPE, text=True)
+    env = dict(os.environ)
+    env.pop("HYBRIDMQ_TLS_CA", None)
+    if ca_file is not None:
+        env["HYBRIDMQ_TLS_CA"] = str(ca_file)
+    consumer = subprocess.Popen([*common, "--role", "consumer"], stdout=subprocess.PIPE, text=True, env=env)
     assert consumer.stdout is not None
     json.loads(consumer.stdout.readline())  # subscribed
     producer = subprocess.Popen(
-        [*common, "--role", "producer", "--in-flight", str(args.in_flight)], stdout=subprocess.PIPE, text=True
+        [*common, "--role", "producer", "--in-flight", str(args.in_flight)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
     )
     out, _ = producer.communicate(timeout=600)
     lines = [json.loads(line) for line in out.splitlines()]
@@ -146,6 +165,54 @@ def run_awaited(bootstrap: str, args: argparse.Namespace) -> dict[str, float]:
     }
 
 
+def measure(args: argparse.Namespace, tls: bool) -> dict[str, float]:
+    """One cluster (1 CM + 1 MM), plain or TLS, and one measurement on it."""
+    with tempfile.TemporaryDirectory(prefix="hmq-bench-") as tmp:
+        cluster = LocalCluster(
+            Path(tmp),
+            mms=1,
+            fixed_per_mm=1,
+            on_demand_per_mm=1,
+            fsync=args.fsync,
+            mm_args=["--max-backlog", str(args.max_backlog)],
+            tls=tls,
+        )
+        with cluster:
+            brokers = [psutil.Process(p.pid) for p in cluster.procs.values()]
+            cpu_before = sum(sum(b.cpu_times()[:2]) for b in brokers) + time.process_time()
+            prof = None
+            if args.profile:
+                import cProfile
+
+                prof = cProfile.Profile()
+                prof.enable()
+            result = (
+                run_awaited(cluster.bootstrap, args, cluster.ca_file)
+                if args.awaited
+                else asyncio.run(
+                    run(
+                        cluster.bootstrap,
+                        args.messages,
+                        args.size,
+                        args.linger_ms,
+                        args.batch_bytes,
+                        args.window,
+                        args.pending_bytes,
+                        args.dest,
+                        cluster.client_ssl(),
+                    )
+                )
+            )
+            # CPU of the CM, the MM and this process (the in-process client) per message: what TLS
+            # costs, less sensitive than the rates to other work on a shared machine.
+            cpu = sum(sum(b.cpu_times()[:2]) for b in brokers) + time.process_time() - cpu_before
+            result["cpu_us_per_msg"] = cpu / args.messages * 1e6
+            if prof is not None:
+                prof.disable()
+                prof.dump_stats(os.path.join(args.profile, "client.prof"))
+    return result
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--messages", type=int, default=1_000_000)
@@ -160,6 +227,8 @@ def main() -> None:
     ap.add_argument("--profile", help="directory for cProfile output of CM, MM and this client process")
     ap.add_argument("--awaited", action="store_true", help="each message sent with `await send()`")
     ap.add_argument("--in-flight", type=int, default=1_000, help="--awaited: concurrent awaited sends")
+    ap.add_argument("--tls", action="store_true", help="plain TCP and TLS in the same run: tls_ratio=")
+    ap.add_argument("--rounds", type=int, default=2, help="--tls: plain/TLS measurements, alternating")
     ap.add_argument("--role", choices=["producer", "consumer"], help=argparse.SUPPRESS)
     ap.add_argument("--bootstrap", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -176,43 +245,29 @@ def main() -> None:
         os.environ["HYBRIDMQ_PROFILE"] = os.path.abspath(args.profile)
     install_uvloop()
     load_before = os.getloadavg()[0]  # other work on the box skews the numbers: record it
-    with tempfile.TemporaryDirectory(prefix="hmq-bench-") as tmp:
-        cluster = LocalCluster(
-            Path(tmp),
-            mms=1,
-            fixed_per_mm=1,
-            on_demand_per_mm=1,
-            fsync=args.fsync,
-            mm_args=["--max-backlog", str(args.max_backlog)],
-        )
-        with cluster:
-            prof = None
-            if args.profile:
-                import cProfile
-
-                prof = cProfile.Profile()
-                prof.enable()
-            result = (
-                run_awaited(cluster.bootstrap, args)
-                if args.awaited
-                else asyncio.run(
-                    run(
-                        cluster.bootstrap,
-                        args.messages,
-                        args.size,
-                        args.linger_ms,
-                        args.batch_bytes,
-                        args.window,
-                        args.pending_bytes,
-                        args.dest,
-                    )
-                )
-            )
-            if prof is not None:
-                prof.disable()
-                prof.dump_stats(os.path.join(args.profile, "client.prof"))
+    if args.tls:
+        rounds: dict[bool, list[dict[str, float]]] = {False: [], True: []}
+        for _ in range(args.rounds):
+            for tls in (False, True):
+                rounds[tls].append(measure(args, tls))
+        result = {
+            "plain_msgs_per_s": statistics.median(r["msgs_per_s"] for r in rounds[False]),
+            "tls_msgs_per_s": statistics.median(r["msgs_per_s"] for r in rounds[True]),
+        }
+        result["tls_ratio"] = result["tls_msgs_per_s"] / result["plain_msgs_per_s"]
+        # The same comparison by CPU per message (plain over TLS: 1.0 means TLS costs nothing).
+        result["plain_cpu_us_per_msg"] = statistics.median(r["cpu_us_per_msg"] for r in rounds[False])
+        result["tls_cpu_us_per_msg"] = statistics.median(r["cpu_us_per_msg"] for r in rounds[True])
+        result["tls_cpu_ratio"] = result["plain_cpu_us_per_msg"] / result["tls_cpu_us_per_msg"]
+        runs = {
+            "plain_runs": [r["msgs_per_s"] for r in rounds[False]],
+            "tls_runs": [r["msgs_per_s"] for r in rounds[True]],
+        }
+    else:
+        result = measure(args, False)
+        runs = {}
     record = {
-        "bench": "throughput-awaited" if args.awaited else "throughput",
+        "bench": ("throughput-awaited" if args.awaited else "throughput") + ("-tls" if args.tls else ""),
         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "messages": args.messages,
         "size": args.size,
@@ -229,12 +284,16 @@ def main() -> None:
         "profiled": bool(args.profile),
         "python": platform.python_version(),
         **{k: round(v, 3) for k, v in result.items()},
+        **{k: [round(v) for v in vs] for k, vs in runs.items()},
+        "loadavg_1m_after": round(os.getloadavg()[0], 2),
     }
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     with RESULTS.open("a") as f:
         f.write(json.dumps(record) + "\n")
     print(json.dumps(record))
-    print(" ".join(f"{k}={v:.2f}" for k, v in result.items()))
+    # tls_ratio last: the line ends with it.
+    order = sorted(result, key=lambda k: k == "tls_ratio")
+    print(" ".join(f"{k}={result[k]:.2f}" for k in order))
 
 
 if __name__ == "__main__":

@@ -194,11 +194,13 @@ for type in fixed on-demand; do
           command: ["/bin/sh", "/load/load.sh", "${type}"]
           env:
             - {name: HYBRIDMQ_BOOTSTRAP, value: "${BOOTSTRAP}"}
+            - {name: HYBRIDMQ_TLS_CA, value: /ca/ca.crt}
             - {name: MESSAGES, value: "${MESSAGES}"}
             - {name: PAUSE, value: "${pause}"}
           volumeMounts:
             - {name: tmp, mountPath: /tmp}
             - {name: load, mountPath: /load, readOnly: true}
+            - {name: ca, mountPath: /ca, readOnly: true}
           securityContext:
             allowPrivilegeEscalation: false
             readOnlyRootFilesystem: true
@@ -230,6 +232,9 @@ spec:
       volumes:
         - name: tmp
           emptyDir: {}
+        # TLS: the producers verify the CMs with the cluster CA (the operator's Secret for clients).
+        - name: ca
+          secret: {secretName: ${BROKER_CLUSTER}-cluster-ca-cert}
         - name: load
           configMap:
             name: ${LOAD_JOB}
@@ -348,7 +353,10 @@ for _ in $(seq 1 50); do
   sleep 0.2
 done
 audit_status=0
-"${AUDIT_PYTHON}" -m hybridmq.spark.audit --bootstrap "127.0.0.1:${local_port}" \
+# TLS: the CMs' certificate carries 127.0.0.1 (port-forward); the client verifies it with the CA.
+kubectl --context "${context}" -n "${NAMESPACE}" get secret "${BROKER_CLUSTER}-cluster-ca-cert" \
+  -o jsonpath='{.data.ca\.crt}' | base64 -d >"${workdir}/ca.crt"
+HYBRIDMQ_TLS_CA="${workdir}/ca.crt" "${AUDIT_PYTHON}" -m hybridmq.spark.audit --bootstrap "127.0.0.1:${local_port}" \
   --report "${AUDIT_REPORT}" | tee "${workdir}/audit.log" || audit_status=$?
 verdict="$(grep -E '^verdict=' "${workdir}/audit.log" | tail -n 1 || true)"
 

@@ -7,16 +7,19 @@ tail of a crashing container's log), never with a bare timeout.
 
 from __future__ import annotations
 
+import base64
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from kubernetes import client
 
 from hybridmq.api.resources import (
     GROUP,
     VERSION,
+    AuthSpec,
     BrokerCluster,
     BrokerClusterSpec,
     ConnectionManagersSpec,
@@ -64,6 +67,7 @@ def brokercluster_manifest(topology: Topology, namespace: str = NAMESPACE) -> di
     bc = BrokerCluster(
         metadata=ObjectMeta(name=topology.name, namespace=namespace),
         spec=BrokerClusterSpec(
+            auth=AuthSpec(enabled=True),  # clients are BrokerUsers (demo_user)
             connection_managers=ConnectionManagersSpec(replicas=topology.cms),
             message_managers=MessageManagersSpec(replicas=topology.mms),
             partitions=PartitionsSpec(
@@ -151,6 +155,52 @@ class Installer:
                 return None
             raise
         return BrokerCluster.model_validate(obj)
+
+    def trust_cluster_ca(self, out_dir: Path) -> Path:
+        """What a client in the cluster does: take the CA certificate from ``<c>-cluster-ca-cert``
+        and verify the CMs with it, for the client Service's name (the broker table gives pod IPs).
+        Set for this process and its children (the producers, consumers and the audit)."""
+        name = f"{self.topology.name}-cluster-ca-cert"
+        secret = client.CoreV1Api(self.cluster.api_client()).read_namespaced_secret(name, NAMESPACE)
+        ca_file = out_dir / "ca.crt"
+        ca_file.write_bytes(base64.b64decode((secret.data or {})["ca.crt"]))
+        os.environ["HYBRIDMQ_TLS_CA"] = str(ca_file)
+        os.environ["HYBRIDMQ_TLS_SERVER_NAME"] = f"{self.topology.name}.{NAMESPACE}.svc"
+        return ca_file
+
+    def demo_user(self, destination: str, timeout: float = 60) -> str:
+        """The demo's clients log in as a BrokerUser that may produce and consume ``destination``
+        only: created here, its generated password read from ``<user>-credentials`` and set for
+        this process's clients (``HYBRIDMQ_USER``/``HYBRIDMQ_PASSWORD``)."""
+        name = "demo-app"
+        body = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "BrokerUser",
+            "metadata": {"name": name, "namespace": NAMESPACE},
+            "spec": {
+                "cluster": self.topology.name,
+                "acls": [{"destination": destination, "operations": ["produce", "consume"]}],
+            },
+        }
+        custom = client.CustomObjectsApi(self.cluster.api_client())
+        custom.create_namespaced_custom_object(GROUP, VERSION, NAMESPACE, "brokerusers", body)
+
+        def admitted() -> tuple[bool, str]:
+            obj = cast(
+                dict[str, Any],
+                custom.get_namespaced_custom_object(GROUP, VERSION, NAMESPACE, "brokerusers", name),
+            )
+            conds = {c["type"]: c for c in (obj.get("status") or {}).get("conditions") or []}
+            ready = conds.get("Ready") or {}
+            return ready.get("status") == "True", f"BrokerUser {name}: {ready.get('reason', 'no status yet')}"
+
+        wait_until(self.state, f"BrokerUser {name} admitted", admitted, timeout)
+        secret = client.CoreV1Api(self.cluster.api_client()).read_namespaced_secret(
+            f"{name}-credentials", NAMESPACE
+        )
+        os.environ["HYBRIDMQ_USER"] = name
+        os.environ["HYBRIDMQ_PASSWORD"] = base64.b64decode((secret.data or {})["password"]).decode()
+        return name
 
     def cm_addresses(self) -> list[str]:
         bc = self.read_brokercluster()

@@ -137,6 +137,12 @@ class Demo:
             raise StepFailed(str(exc)) from None
         self.bootstrap = self.installer.wait_brokercluster(timeout=self.args.install_timeout)
         self.state.emit(f"CMs from the BrokerCluster status broker table: {', '.join(self.bootstrap)}")
+        ca_file = self.installer.trust_cluster_ca(self.out_dir)
+        self.state.emit(f"TLS: clients verify the CMs with the cluster CA ({ca_file})")
+        user = self.installer.demo_user(LoadConfig.destination)
+        self.state.emit(
+            f"clients log in as BrokerUser {user} (produce/consume {LoadConfig.destination} only)"
+        )
 
     def start_load(self) -> None:
         a = self.args

@@ -32,6 +32,7 @@ PLURALS: dict[str, str] = {
     "Lease": "leases",
     "Event": "events",
     "Secret": "secrets",
+    names.USER_KIND: names.USER_PLURAL,
     "NetworkPolicy": "networkpolicies",
     names.PARTITION_KIND: names.PARTITION_PLURAL,
     names.CLUSTER_KIND: names.CLUSTER_PLURAL,

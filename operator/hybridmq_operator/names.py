@@ -13,6 +13,8 @@ CLUSTER_KIND: Final = "BrokerCluster"
 CLUSTER_PLURAL: Final = "brokerclusters"
 PARTITION_KIND: Final = "Partition"
 PARTITION_PLURAL: Final = "partitions"
+USER_KIND: Final = "BrokerUser"
+USER_PLURAL: Final = "brokerusers"
 
 MANAGER: Final = "hybridmq-operator"
 
@@ -49,6 +51,7 @@ CLUSTER_SECRET_KEY: Final = "secret"
 
 CONFIG_FILE: Final = "hybridmq.yaml"
 CONFIG_MOUNT: Final = "/etc/hybridmq"
+TLS_MOUNT: Final = "/etc/hybridmq-tls"  # not under CONFIG_MOUNT: a read-only mount cannot nest another
 DATA_MOUNT: Final = "/var/lib/hybridmq"
 DATA_VOLUME: Final = "data"
 
@@ -67,6 +70,31 @@ def client_service_name(cluster: str) -> str:
 
 def cluster_secret_name(cluster: str) -> str:
     return f"{cluster}-cluster-secret"
+
+
+def ca_secret_name(cluster: str) -> str:
+    """The cluster CA: its key, certificate and revocation list (read by the operator only)."""
+    return f"{cluster}-cluster-ca"
+
+
+def ca_cert_secret_name(cluster: str) -> str:
+    """The cluster CA's certificate alone: what clients mount to verify the CMs."""
+    return f"{cluster}-cluster-ca-cert"
+
+
+def broker_tls_secret_name(cluster: str) -> str:
+    """The brokers' certificate (``kubernetes.io/tls`` + ``ca.crt``, ``ca.crl``), mounted by every pod."""
+    return f"{cluster}-broker-tls"
+
+
+def users_secret_name(cluster: str) -> str:
+    """The CMs' users and ACLs, written from the cluster's BrokerUsers (hashed passwords only)."""
+    return f"{cluster}-users"
+
+
+def user_credentials_secret_name(user: str) -> str:
+    """A BrokerUser's generated password (keys ``username``, ``password``)."""
+    return f"{user}-credentials"
 
 
 def network_policy_name(cluster: str) -> str:

@@ -22,6 +22,9 @@ OPERATOR_RULES: list[dict[str, Any]] = [
         "resources": [f"{names.CLUSTER_PLURAL}/status", f"{names.PARTITION_PLURAL}/status"],
         "verbs": ["get", "patch", "update"],
     },
+    # BrokerUsers: watched (an event recomputes the cluster's users), their status written.
+    {"apiGroups": [names.GROUP], "resources": [names.USER_PLURAL], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": [names.GROUP], "resources": [f"{names.USER_PLURAL}/status"], "verbs": ["get", "patch"]},
     {
         "apiGroups": [names.GROUP],
         "resources": [names.PARTITION_PLURAL],
@@ -48,8 +51,10 @@ OPERATOR_RULES: list[dict[str, Any]] = [
         "resources": ["networkpolicies"],
         "verbs": ["get", "create", "patch"],
     },
-    # The cluster secret: created once (AlreadyExists is fine), never read, updated or listed.
-    {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
+    # The cluster secret: created once (AlreadyExists is fine). The cluster CA (tls.py): its Secret
+    # read back to sign, the brokers' certificate and the CA certificate applied (patch). Never
+    # listed or watched: only the Secrets it names.
+    {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "create", "patch"]},
     {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": ["get", "create", "patch"]},
     {
         "apiGroups": ["rbac.authorization.k8s.io"],

@@ -30,7 +30,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "k8s"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "broker"))
 
 from failover_workload import ConsumerLoad, ProducerLoad, StreamReader, check, stop_all, until, wait_consumed
-from operator_harness import Kube, OperatorProcess, apply_crds, sample_cluster, teardown, wait_for
+from operator_harness import (
+    Kube,
+    OperatorProcess,
+    apply_crds,
+    forget_cluster_ca,
+    sample_cluster,
+    teardown,
+    trust_cluster_ca,
+    wait_for,
+)
 
 from hybridmq.client import Consumer, Fetcher, Producer
 from localcluster import LocalCluster
@@ -88,9 +97,15 @@ def _dump(local_cluster: LocalCluster, kube: Kube, op: OperatorProcess) -> str:
     return "\n".join(out)
 
 
+@pytest.fixture(autouse=True)
+def _no_ca_left() -> Iterator[None]:
+    yield
+    forget_cluster_ca()
+
+
 def _bring_up(local_cluster: LocalCluster, kube: Kube, op: OperatorProcess, fixed: int, **spec: Any) -> str:
     """A BrokerCluster of 3 real MMs and 1 CM, every partition placed with 2 in-sync replicas;
-    returns the CM's address."""
+    returns the CM's address (clients of this process verify it with the cluster's CA)."""
     kube.create(sample_cluster(CLUSTER, kube.namespace, mms=3, cms=1, fixed=fixed, **spec))
     try:
         wait_for(lambda: len(kube.ready_pods("mm")) == 3 or None, 180, "3 real MMs Ready")
@@ -112,6 +127,7 @@ def _bring_up(local_cluster: LocalCluster, kube: Kube, op: OperatorProcess, fixe
     except AssertionError:
         print(_dump(local_cluster, kube, op))
         raise
+    trust_cluster_ca(kube, CLUSTER, local_cluster.directory)
     return str(next(b for b in brokers if b["role"] == "cm")["address"])
 
 

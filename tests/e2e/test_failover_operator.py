@@ -23,9 +23,11 @@ from operator_harness import (
     Kube,
     OperatorProcess,
     apply_crds,
+    forget_cluster_ca,
     poll,
     sample_cluster,
     teardown,
+    trust_cluster_ca,
     wait_for,
 )
 
@@ -47,7 +49,7 @@ def real(local_cluster: LocalCluster) -> Iterator[tuple[Kube, OperatorProcess]]:
 
 
 def test_real_brokers_under_the_operator(
-    local_cluster: LocalCluster, real: tuple[Kube, OperatorProcess]
+    local_cluster: LocalCluster, real: tuple[Kube, OperatorProcess], tmp_path: Path
 ) -> None:
     kube, _op = real
     kube.create(sample_cluster("e2e", kube.namespace, mms=3, cms=1, fixed=3))
@@ -71,10 +73,14 @@ def test_real_brokers_under_the_operator(
     )
     table = {b["name"]: b for b in kube.cluster("e2e")["status"]["brokers"]}
     pods = {p.metadata.name: p for p in kube.pods()}
+    ca = trust_cluster_ca(kube, "e2e", tmp_path)
+    forget_cluster_ca()  # only the context is used here
     for name, row in table.items():
         assert row["address"].split(":")[0] == pods[name].status.pod_ip
-        # The real broker listens where the table says: its HTTP side answers.
-        with urllib.request.urlopen(f"http://{row['httpAddress']}/healthz", timeout=5) as resp:
+        # The real broker listens where the table says: its HTTP side answers, over HTTPS with a
+        # certificate of the cluster's CA.
+        url = f"https://{row['httpAddress']}/healthz"
+        with urllib.request.urlopen(url, timeout=5, context=ca) as resp:
             assert resp.status == 200
     # Every partition is placed on the real MMs.
     wait_for(

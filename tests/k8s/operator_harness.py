@@ -11,10 +11,12 @@
 
 from __future__ import annotations
 
+import base64
 import os
 import shlex
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -41,8 +43,10 @@ __all__ = [
     "OperatorProcess",
     "apply_crds",
     "broker_command",
+    "forget_cluster_ca",
     "module_fixtures",
     "sample_cluster",
+    "trust_cluster_ca",
     "wait_for",
 ]
 
@@ -53,6 +57,26 @@ def broker_command(broker: str | None = None) -> str:
     return f"{shlex.quote(sys.executable)} {shlex.quote(str(REPO / 'tests/k8s/stub_broker.py'))}"
 
 
+def trust_cluster_ca(kube: Kube, cluster: str, directory: Path) -> ssl.SSLContext:
+    """What a client of the cluster does: the CA certificate from ``<c>-cluster-ca-cert``, in
+    ``HYBRIDMQ_TLS_CA`` and the client Service's name in ``HYBRIDMQ_TLS_SERVER_NAME`` (the broker
+    table gives pod IPs) for every client of this process and its children; also returned as a
+    context (for the brokers' HTTPS side)."""
+    secret = kube.core.read_namespaced_secret(f"{cluster}-cluster-ca-cert", kube.namespace)
+    ca_file = directory / f"{cluster}-ca.crt"
+    ca_file.write_bytes(base64.b64decode(secret.data["ca.crt"]))
+    os.environ["HYBRIDMQ_TLS_CA"] = str(ca_file)
+    os.environ["HYBRIDMQ_TLS_SERVER_NAME"] = f"{cluster}.{kube.namespace}.svc"
+    ctx = ssl.create_default_context(cafile=str(ca_file))
+    ctx.check_hostname = False  # the HTTP side is reached by pod IP; the chain is what is checked
+    return ctx
+
+
+def forget_cluster_ca() -> None:
+    os.environ.pop("HYBRIDMQ_TLS_CA", None)
+    os.environ.pop("HYBRIDMQ_TLS_SERVER_NAME", None)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -61,7 +85,7 @@ def free_port() -> int:
 
 def apply_crds(cluster: LocalCluster) -> None:
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRDS))
-    for crd in ("brokerclusters.hybridmq.io", "partitions.hybridmq.io"):
+    for crd in ("brokerclusters.hybridmq.io", "partitions.hybridmq.io", "brokerusers.hybridmq.io"):
         cluster.kubectl("wait", "--for=condition=Established", f"crd/{crd}", "--timeout=60s")
 
 

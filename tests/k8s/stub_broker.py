@@ -1,7 +1,8 @@
 """A stand-in broker for the operator's Kubernetes tests: ``stub_broker.py cm|mm``.
 
 It does what the operator relies on and nothing else: serves ``/healthz`` and ``/readyz`` on
-``$HYBRIDMQ_HOST:$HYBRIDMQ_HTTP_PORT``, follows its assignments through ``KubeAssignmentSource``
+``$HYBRIDMQ_HOST:$HYBRIDMQ_HTTP_PORT`` (HTTPS with ``$HYBRIDMQ_TLS_DIR``, as the real brokers),
+follows its assignments through ``KubeAssignmentSource``
 and, as an MM, renews its Lease (``hybridmq.broker.lease``) with a report of the partitions it
 holds (so the operator can release finalizers). Used when the real ``hybridmq cm|mm`` is not the
 subject of the test: the operator's failover timing does not depend on the data path.
@@ -21,6 +22,7 @@ from aiohttp import web
 from hybridmq.api.lease_report import MMReport, PartitionReport
 from hybridmq.broker.kube_source import KubeAssignmentSource
 from hybridmq.broker.lease import renewer_from_env
+from hybridmq.protocol.tls import BrokerTls
 
 
 def report_of(source: KubeAssignmentSource, me: str) -> dict[str, Any]:
@@ -60,7 +62,10 @@ async def run(role: str) -> None:
     )
     runner = web.AppRunner(app)
     await runner.setup()
-    await web.TCPSite(runner, host, port).start()
+    # HTTPS like the real brokers when the cluster has TLS on (the probes say scheme HTTPS).
+    tls_dir = os.environ.get("HYBRIDMQ_TLS_DIR")
+    ssl = BrokerTls(tls_dir).server(peer_cert=False) if tls_dir else None
+    await web.TCPSite(runner, host, port, ssl_context=ssl).start()
     logging.info("stub %s %s serving on %s:%d", role, me, host, port)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -15,7 +15,7 @@ from localcluster import LocalCluster
 pytestmark = pytest.mark.cluster
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-CRDS = ["brokerclusters.hybridmq.io", "partitions.hybridmq.io"]
+CRDS = ["brokerclusters.hybridmq.io", "partitions.hybridmq.io", "brokerusers.hybridmq.io"]
 
 
 @pytest.fixture(scope="module")
@@ -40,6 +40,15 @@ def hpart(name: str, **spec: Any) -> dict[str, Any]:
     return {
         "apiVersion": "hybridmq.io/v1alpha1",
         "kind": "Partition",
+        "metadata": {"name": name},
+        "spec": {"cluster": "demo", **spec},
+    }
+
+
+def hbu(name: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "hybridmq.io/v1alpha1",
+        "kind": "BrokerUser",
         "metadata": {"name": name},
         "spec": {"cluster": "demo", **spec},
     }
@@ -204,3 +213,34 @@ def test_status_subresource_and_printer_columns(crds: LocalCluster, cluster_name
     # The category lists both kinds.
     names = crds.kubectl("get", "hybridmq", "-n", cluster_namespace, "-o", "name").stdout.split()
     assert "brokercluster.hybridmq.io/demo" in names and "partition.hybridmq.io/demo-fixed-0" in names
+
+
+def test_tls_and_broker_users_are_validated(crds: LocalCluster, cluster_namespace: str) -> None:
+    ok, err = create(crds, cluster_namespace, hbc("tls-default"))
+    assert ok, err
+    assert get(crds, cluster_namespace, "hbc", "tls-default")["spec"]["tls"] == {"enabled": True}
+    cases = [
+        (
+            hbc("tls-off-with-secret", {"tls": {"enabled": False, "secretName": "certs"}}),
+            "tls.secretName names the certificates of a TLS listener: it needs tls.enabled true",
+        ),
+        (
+            hbu("u1", acls=[{"destination": "queue:*", "operations": ["delete"]}]),
+            'Unsupported value: "delete"',
+        ),
+        (hbu("u2", acls=[{"destination": "queue:*", "operations": []}]), "should have at least 1 items"),
+        (hbu("u3", username="has space"), "should match"),
+        ({**hbu("u4"), "spec": {"acls": []}}, "spec.cluster: Required value"),
+    ]
+    for obj, message in cases:
+        ok, err = create(crds, cluster_namespace, obj)
+        assert not ok, f"{obj['metadata']['name']} was accepted"
+        assert message in err, err
+    ok, err = create(
+        crds, cluster_namespace, hbu("alice", acls=[{"destination": "queue:a.*", "operations": ["produce"]}])
+    )
+    assert ok, err
+    ok, err = patch(crds, cluster_namespace, "hbu", "alice", {"spec": {"cluster": "other"}})
+    assert not ok and "spec.cluster is immutable" in err, err
+    out = crds.kubectl("get", "hbu", "-n", cluster_namespace).stdout
+    assert all(col in out.splitlines()[0] for col in ("CLUSTER", "USERNAME", "READY"))

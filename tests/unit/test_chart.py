@@ -300,6 +300,8 @@ _ALL = ("get", "list", "watch", "create", "update", "patch", "delete")
 EXPECTED_NAMESPACED: dict[tuple[str, str], tuple[str, ...]] = {
     ("hybridmq.io", "brokerclusters"): ("get", "list", "watch", "patch", "update"),
     ("hybridmq.io", "partitions"): _ALL,
+    ("hybridmq.io", "brokerusers"): ("get", "list", "watch"),
+    ("hybridmq.io", "brokerusers/status"): ("get", "patch"),
     ("hybridmq.io", "brokerclusters/status"): ("get", "update", "patch"),
     ("hybridmq.io", "partitions/status"): ("get", "update", "patch"),
     ("hybridmq.io", "brokerclusters/finalizers"): ("update",),
@@ -314,7 +316,8 @@ EXPECTED_NAMESPACED: dict[tuple[str, str], tuple[str, ...]] = {
     ("rbac.authorization.k8s.io", "rolebindings"): _ALL,
     ("coordination.k8s.io", "leases"): ("get", "list", "watch", "create", "update", "patch"),
     ("networking.k8s.io", "networkpolicies"): ("get", "create", "patch"),
-    ("", "secrets"): ("create",),  # the cluster secret, created once; never read
+    # the cluster secret (created once) and the cluster CA's Secrets (read back to sign, applied)
+    ("", "secrets"): ("get", "create", "patch"),
     ("", "events"): ("create", "patch"),
     ("events.k8s.io", "events"): ("create", "patch"),
 }
@@ -370,11 +373,12 @@ def test_namespaced_rbac_grants_namespaced_rules_per_namespace() -> None:
     assert sorted(p["metadata"]["namespace"] for p in peerings) == ["team-a", "team-b"]
 
 
-def test_rbac_has_no_wildcards_and_cannot_read_secrets() -> None:
+def test_rbac_has_no_wildcards_and_cannot_list_secrets() -> None:
     for role in (m for m in render() if m["kind"] in ("ClusterRole", "Role")):
         for group, resource, verb in grants(role["rules"]):
             assert "*" not in (group, resource, verb)
-            assert resource != "secrets" or verb == "create"  # creates the cluster secret only
+            # Only the Secrets it names (its cluster secret and CA): never listed, watched or deleted.
+            assert resource != "secrets" or verb in ("get", "create", "patch")
             assert verb not in ("escalate", "bind", "impersonate", "deletecollection")
 
 

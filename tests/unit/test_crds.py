@@ -60,7 +60,11 @@ ALL = sorted(crdgen.all_crds())
 
 
 def test_generated_files_are_the_ones_checked_in() -> None:
-    assert ALL == ["brokerclusters.hybridmq.io.yaml", "partitions.hybridmq.io.yaml"]
+    assert ALL == [
+        "brokerclusters.hybridmq.io.yaml",
+        "brokerusers.hybridmq.io.yaml",
+        "partitions.hybridmq.io.yaml",
+    ]
     on_disk = sorted(p.name for p in CRD_DIR.glob("*.hybridmq.io.yaml"))
     assert on_disk == ALL, "run `make crds`"
     for name, crd in crdgen.all_crds().items():

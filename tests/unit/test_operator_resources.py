@@ -208,7 +208,11 @@ def test_broker_rbac_is_least_privilege(settings: ClusterSettings) -> None:
         ("hybridmq.io", "partitions"): {"get", "list", "watch"},
         ("hybridmq.io", "brokerclusters"): {"get", "list", "watch"},
         ("coordination.k8s.io", "leases"): {"get", "create", "update", "patch"},
+        ("", "secrets"): {"get"},
     }
+    # Secrets: only the CMs' users Secret, by name.
+    (secret_rule,) = [rule for rule in role["rules"] if "secrets" in rule["resources"]]
+    assert secret_rule["resourceNames"] == ["demo-users"]
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "demo-broker", "namespace": "ns1"}]
     assert binding["roleRef"]["name"] == "demo-broker"
 

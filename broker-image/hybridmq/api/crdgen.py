@@ -22,10 +22,14 @@ from pydantic import BaseModel
 from hybridmq.api.resources import (
     CLUSTER_NAME_LIMIT,
     GROUP,
+    USERNAME_PATTERN,
     VERSION,
     BrokerCluster,
     BrokerClusterSpec,
     BrokerClusterStatus,
+    BrokerUser,
+    BrokerUserSpec,
+    BrokerUserStatus,
     Partition,
     PartitionSpec,
     PartitionStatus,
@@ -317,9 +321,42 @@ def partition_crd() -> Schema:
     )
 
 
+def brokeruser_crd() -> Schema:
+    return _crd(
+        kind=BrokerUser.KIND,
+        plural=BrokerUser.PLURAL,
+        singular=BrokerUser.SINGULAR,
+        short_names=BrokerUser.SHORT_NAMES,
+        schema=_root_schema(
+            BrokerUserSpec,
+            BrokerUserStatus,
+            "A client user of a BrokerCluster: its password (a Secret) and its ACLs per destination "
+            "pattern; the operator keeps the CMs in sync.",
+            rules=(
+                (
+                    f"has(self.spec.username) || self.metadata.name.matches('{USERNAME_PATTERN}')",
+                    "metadata.name is the user name when spec.username is unset: letters, digits, "
+                    "'.', '_', '@', '-', at most 64 characters",
+                ),
+            ),
+        ),
+        columns=[
+            _column("Cluster", "string", ".spec.cluster", "The BrokerCluster."),
+            _column("Username", "string", ".status.username", "The name clients log in with."),
+            _column(
+                "Ready", "string", '.status.conditions[?(@.type=="Ready")].status', "Admitted by the CMs."
+            ),
+            _column(
+                "Reason", "string", '.status.conditions[?(@.type=="Ready")].reason', "Why (not).", priority=1
+            ),
+            _AGE,
+        ],
+    )
+
+
 def all_crds() -> dict[str, Schema]:
     """File name -> CRD manifest."""
-    crds = [brokercluster_crd(), partition_crd()]
+    crds = [brokercluster_crd(), partition_crd(), brokeruser_crd()]
     return {f"{crd['metadata']['name']}.yaml": crd for crd in crds}
 
 

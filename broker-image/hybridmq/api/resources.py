@@ -35,12 +35,17 @@ __all__ = [
     "LABEL_PARTITION_TYPE",
     "PARTITION_FINALIZER",
     "VERSION",
+    "AclOperation",
+    "AclRule",
     "AuthSpec",
     "BrokerCluster",
     "BrokerClusterSpec",
     "BrokerClusterStatus",
     "BrokerRole",
     "BrokerStatusEntry",
+    "BrokerUser",
+    "BrokerUserSpec",
+    "BrokerUserStatus",
     "Condition",
     "ConditionStatus",
     "ConnectionManagersSpec",
@@ -58,6 +63,7 @@ __all__ = [
     "PartitionStatus",
     "PartitionType",
     "PartitionsSpec",
+    "PasswordSecretRef",
     "ResourceRequirements",
     "StorageSpec",
     "TlsSpec",
@@ -383,13 +389,26 @@ class AuthSpec(_Model):
 
 
 class TlsSpec(_Model):
-    """TLS on the client listener."""
+    """TLS on every listener: clients -> CMs, CMs -> MMs, MM replication, the HTTP endpoints."""
 
-    enabled: bool = Field(default=False, description="Serve the client protocol over TLS.")
+    model_config = ConfigDict(
+        json_schema_extra=_rules(
+            (
+                "!has(self.secretName) || self.enabled",
+                "tls.secretName names the certificates of a TLS listener: it needs tls.enabled true",
+            ),
+        )
+    )
+
+    enabled: bool = Field(
+        default=True,
+        description="TLS on every listener, mutual TLS between brokers; plain TCP only when false.",
+    )
     secret_name: str | None = Field(
         default=None,
         max_length=_NAME_MAX,
-        description="kubernetes.io/tls Secret with the server certificate; self-signed when unset.",
+        description="Secret with tls.crt, tls.key and ca.crt (e.g. written by a cert-manager Certificate) "
+        "used by every broker instead of a certificate of the operator's cluster CA.",
     )
 
 
@@ -635,3 +654,94 @@ def partition_to_assignment(partition: Partition, min_in_sync: int | None = None
         min_in_sync=max(1, mis),
         drained_since=status.drained_since,
     )
+
+
+# --------------------------------------------------------------------------------------------------
+# BrokerUser
+# --------------------------------------------------------------------------------------------------
+
+USERNAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$"
+
+
+class AclOperation(StrEnum):
+    PRODUCE = "produce"
+    CONSUME = "consume"
+    ADMIN = "admin"
+
+
+class AclRule(_Model):
+    """What the user may do on the destinations a pattern matches."""
+
+    destination: str = Field(
+        min_length=1,
+        max_length=256,
+        description="Glob over canonical destination names: queue:orders.*, topic:*, queue:bob.",
+    )
+    operations: list[AclOperation] = Field(
+        min_length=1,
+        max_length=3,
+        description="produce, consume, admin.",
+        json_schema_extra={"x-kubernetes-list-type": "set"},
+    )
+
+
+class PasswordSecretRef(_Model):
+    name: str = Field(min_length=1, max_length=_NAME_MAX, description="Secret in the user's namespace.")
+    key: str = Field(default="password", min_length=1, max_length=_NAME_MAX, description="Key holding it.")
+
+
+class BrokerUserSpec(_Model):
+    """A client identity of one BrokerCluster: its password and what it may do."""
+
+    cluster: str = Field(
+        min_length=1,
+        max_length=_CLUSTER_NAME_MAX,
+        description="The BrokerCluster (same namespace) whose CMs admit this user.",
+        json_schema_extra=_rules(("self == oldSelf", "spec.cluster is immutable")),
+    )
+    username: str | None = Field(
+        default=None,
+        pattern=USERNAME_PATTERN,
+        description="The name clients log in with; metadata.name when unset.",
+        json_schema_extra=_rules(("self == oldSelf", "spec.username is immutable")),
+    )
+    password_secret: PasswordSecretRef | None = Field(
+        default=None,
+        description="Where the password is; unset: the operator generates one into Secret "
+        "<metadata.name>-credentials (keys username, password).",
+    )
+    acls: list[AclRule] = Field(
+        default_factory=list,
+        max_length=64,
+        description="Grants; none: the user may connect but neither produce nor consume.",
+    )
+
+
+class BrokerUserStatus(_Model):
+    observed_generation: int | None = Field(default=None, ge=0)
+    username: str | None = None
+    password_secret: str | None = Field(default=None, description="The Secret holding the password.")
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        description="Ready: the CMs admit the user with these grants (False: the reason says why not).",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
+
+
+class BrokerUser(_Model):
+    """A user of a BrokerCluster and its ACLs, kept in sync on the CMs by the operator."""
+
+    KIND: ClassVar[str] = "BrokerUser"
+    PLURAL: ClassVar[str] = "brokerusers"
+    SINGULAR: ClassVar[str] = "brokeruser"
+    SHORT_NAMES: ClassVar[tuple[str, ...]] = ("hbu",)
+
+    api_version: Literal["hybridmq.io/v1alpha1"] = API_VERSION
+    kind: Literal["BrokerUser"] = "BrokerUser"
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    spec: BrokerUserSpec
+    status: BrokerUserStatus | None = None
+
+    @property
+    def username(self) -> str:
+        return self.spec.username or self.metadata.name or ""

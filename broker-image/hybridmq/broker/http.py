@@ -8,6 +8,7 @@ paths never touch a metrics object.
 from __future__ import annotations
 
 import re
+import ssl
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -65,9 +66,14 @@ def make_app(stats: Callable[[], dict[str, Any]], ready: Callable[[], bool]) -> 
 
 
 async def start_http(
-    host: str, port: int, stats: Callable[[], dict[str, Any]], ready: Callable[[], bool]
+    host: str,
+    port: int,
+    stats: Callable[[], dict[str, Any]],
+    ready: Callable[[], bool],
+    ssl_context: ssl.SSLContext | None = None,
 ) -> web.AppRunner:
+    """Serve on ``host:port``, over HTTPS with ``ssl_context`` (the broker's listener context)."""
     runner = web.AppRunner(make_app(stats, ready), access_log=None)
     await runner.setup()
-    await web.TCPSite(runner, host, port).start()
+    await web.TCPSite(runner, host, port, ssl_context=ssl_context).start()
     return runner

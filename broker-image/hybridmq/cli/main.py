@@ -4,7 +4,9 @@ Every flag has an environment variable (pods configure through env): ``HYBRIDMQ_
 ``HYBRIDMQ_BIND`` (host:port of the binary protocol), ``HYBRIDMQ_HTTP_BIND``,
 ``HYBRIDMQ_ASSIGNMENTS`` (JSON file, see ``StaticAssignmentSource``), ``HYBRIDMQ_DATA_DIR``,
 ``HYBRIDMQ_FSYNC``, ``HYBRIDMQ_CREDENTIALS`` (file or Secret dir), ``HYBRIDMQ_ACL``,
-``HYBRIDMQ_CLUSTER_SECRET_FILE``, ``HYBRIDMQ_BOOTSTRAP``, ``HYBRIDMQ_USER``, ``HYBRIDMQ_PASSWORD``.
+``HYBRIDMQ_CLUSTER_SECRET_FILE``, ``HYBRIDMQ_TLS_DIR`` (the broker's certificates: every listener on
+TLS), ``HYBRIDMQ_BOOTSTRAP``, ``HYBRIDMQ_USER``, ``HYBRIDMQ_PASSWORD``, ``HYBRIDMQ_TLS_CA`` (the CA
+file a client verifies the CM with: TLS on), ``HYBRIDMQ_TLS_SERVER_NAME``.
 The cluster secret (required by ``cm`` and ``mm``) is read from ``--cluster-secret-file`` /
 ``HYBRIDMQ_CLUSTER_SECRET_FILE`` or ``HYBRIDMQ_CLUSTER_SECRET``, never from the command line.
 """
@@ -39,6 +41,12 @@ def _common_server(p: argparse.ArgumentParser, default_port: int) -> None:
         default=_env("CLUSTER_SECRET_FILE"),
         help="file holding the cluster secret (else $HYBRIDMQ_CLUSTER_SECRET); required",
     )
+    p.add_argument(
+        "--tls-dir",
+        default=_env("TLS_DIR"),
+        help="directory with tls.crt, tls.key, ca.crt [, ca.crl]: TLS on every listener, mutual TLS "
+        "between brokers (files re-read when they change)",
+    )
     p.add_argument("--max-frame", type=int, default=int(_env("MAX_FRAME", str(16 << 20)) or 0))
     p.add_argument("--log-level", default=_env("LOG_LEVEL", "INFO"))
     p.add_argument(
@@ -71,7 +79,8 @@ async def _run_server(server: Any, http_bind: str | None) -> None:
         await server.start()
         if http_bind:
             host, port = _split(http_bind)
-            runner = await start_http(host, port, server.stats, lambda: server.ready)
+            tls = server.tls.server(peer_cert=False) if server.tls is not None else None
+            runner = await start_http(host, port, server.stats, lambda: server.ready, tls)
 
     async def stop() -> None:
         if runner is not None:
@@ -85,6 +94,7 @@ def cmd_mm(args: argparse.Namespace) -> None:
     from hybridmq.broker.mm.server import MMConfig
     from hybridmq.broker.runtime import run, setup_logging
     from hybridmq.cli.compose import message_manager
+    from hybridmq.protocol.tls import TlsConfigError
 
     setup_logging(args.log_level, args.log_summary_interval)
     host, port = _split(args.bind)
@@ -101,8 +111,12 @@ def cmd_mm(args: argparse.Namespace) -> None:
         cluster_secret=_cluster_secret(args),
         segment_bytes=args.segment_bytes,
         retention_interval=args.retention_interval,
+        tls_dir=args.tls_dir,
     )
-    mm = message_manager(config, controller=args.controller, assignments=args.assignments)
+    try:
+        mm = message_manager(config, controller=args.controller, assignments=args.assignments)
+    except TlsConfigError as exc:
+        sys.exit(f"hybridmq mm: TLS: {exc}")
     run(_run_server(mm, args.http_bind), args.name)
 
 
@@ -111,6 +125,7 @@ def cmd_cm(args: argparse.Namespace) -> None:
     from hybridmq.broker.cm.server import CMConfig
     from hybridmq.broker.runtime import run, setup_logging
     from hybridmq.cli.compose import connection_manager
+    from hybridmq.protocol.tls import TlsConfigError
 
     setup_logging(args.log_level, args.log_summary_interval)
     host, port = _split(args.bind)
@@ -123,15 +138,22 @@ def cmd_cm(args: argparse.Namespace) -> None:
         auth_concurrency=args.auth_concurrency,
         auth_max_waiting=args.auth_max_waiting,
         auth_failure_delay_s=args.auth_failure_delay,
+        tls_dir=args.tls_dir,
     )
     config.directory_config = args.directory_config  # static application registrations
-    cm = connection_manager(
-        config,
-        CredentialStore.load(args.credentials),
-        AclTable.load(args.acl),
-        controller=args.controller,
-        assignments=args.assignments,
-    )
+    config.credentials_path, config.acl_path = args.credentials, args.acl  # followed while running
+    # BrokerUsers: the operator's <cluster>-users Secret, read through the API server.
+    config.users_secret, config.namespace = _env("USERS_SECRET"), _env("NAMESPACE")
+    try:
+        cm = connection_manager(
+            config,
+            CredentialStore.load(args.credentials),
+            AclTable.load(args.acl),
+            controller=args.controller,
+            assignments=args.assignments,
+        )
+    except TlsConfigError as exc:
+        sys.exit(f"hybridmq cm: TLS: {exc}")
     run(_run_server(cm, args.http_bind), args.name)
 
 
@@ -146,6 +168,8 @@ async def _produce(args: argparse.Namespace) -> None:
         key=args.key,
         user=args.user,
         password=args.password,
+        ssl=args.tls_ca,
+        server_hostname=args.tls_server_name,
     ) as producer:
         if args.message is not None:
             values = [args.message.encode()] * args.count
@@ -171,6 +195,8 @@ async def _consume(args: argparse.Namespace) -> None:
         durable=args.durable,
         user=args.user,
         password=args.password,
+        ssl=args.tls_ca,
+        server_hostname=args.tls_server_name,
     ) as consumer:
         n = 0
         while args.count <= 0 or n < args.count:
@@ -202,6 +228,24 @@ def _client_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bootstrap", default=_env("BOOTSTRAP", "127.0.0.1:7000"))
     p.add_argument("--user", default=_env("USER"))
     p.add_argument("--password", default=_env("PASSWORD"))
+    _tls_client_args(p)
+
+
+def _client_command(args: argparse.Namespace, command: Any) -> None:
+    """Run a client command; a TLS setting that cannot work is a one-line error, not a traceback."""
+    import ssl
+
+    try:
+        asyncio.run(command(args))
+    except (FileNotFoundError, ssl.SSLError) as exc:
+        sys.exit(f"hybridmq {args.cmd}: TLS: {exc}")
+
+
+def _tls_client_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--tls-ca", default=_env("TLS_CA"), help="CA file to verify the CM with (TLS on)")
+    p.add_argument(
+        "--tls-server-name", default=_env("TLS_SERVER_NAME"), help="name the CM's certificate must carry"
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -244,7 +288,7 @@ def main(argv: list[str] | None = None) -> None:
     pr.add_argument("-n", "--count", type=int, default=1)
     pr.add_argument("--key")
     pr.add_argument("--partition-type", choices=["fixed", "on-demand"], default="on-demand")
-    pr.set_defaults(func=lambda a: asyncio.run(_produce(a)))
+    pr.set_defaults(func=lambda a: _client_command(a, _produce))
 
     co = sub.add_parser("consume", help="print messages as JSON lines")
     _client_args(co)
@@ -252,7 +296,7 @@ def main(argv: list[str] | None = None) -> None:
     co.add_argument("--durable")
     co.add_argument("-n", "--count", type=int, default=0)
     co.add_argument("--timeout", type=float, default=None)
-    co.set_defaults(func=lambda a: asyncio.run(_consume(a)))
+    co.set_defaults(func=lambda a: _client_command(a, _consume))
 
     lo = sub.add_parser("local", help="CMs + N MMs on loopback (static, or replicated with --replicas)")
     lo.add_argument("--mms", type=int, default=1)
@@ -272,6 +316,11 @@ def main(argv: list[str] | None = None) -> None:
         default=300,
         help="seconds a drained on-demand partition is kept before deletion (with --replicas)",
     )
+    lo.add_argument(
+        "--tls",
+        action="store_true",
+        help="TLS everywhere with a throwaway CA (<dir>/ca.crt: give it to clients as --tls-ca)",
+    )
     lo.add_argument("--signal", default="KILL", choices=["KILL", "STOP", "CONT", "TERM"])
     lo.set_defaults(func=_cmd_local)
 
@@ -285,6 +334,7 @@ def main(argv: list[str] | None = None) -> None:
     ad.add_argument("--bootstrap", default=_env("BOOTSTRAP", "127.0.0.1:7000"))
     ad.add_argument("--user", default=_env("USER"))
     ad.add_argument("--password", default=_env("PASSWORD"))
+    _tls_client_args(ad)
     ad.set_defaults(func=lambda a: asyncio.run(_admin(a)))
 
     sub.add_parser(
@@ -315,8 +365,10 @@ def _cmd_hash_password(args: argparse.Namespace) -> None:
 
 async def _admin(args: argparse.Namespace) -> None:
     from hybridmq.client import admin
+    from hybridmq.client.transport import Transport
 
-    parts = await admin(args.bootstrap, args.command, user=args.user, password=args.password)
+    transport = Transport.of(args.tls_ca, args.tls_server_name)
+    parts = await admin(args.bootstrap, args.command, user=args.user, password=args.password, ssl=transport)
     for i, part in enumerate(parts):
         print(json.dumps({"part": i + 1, "of": len(parts), "data": part}))
 

@@ -12,13 +12,20 @@ from typing import Any
 
 from hybridmq.api.frames import FrameType
 from hybridmq.client.connection import ClientError, connect
+from hybridmq.client.transport import Transport
 from hybridmq.protocol import RemoteError
+from hybridmq.protocol.tls import SslOption
 
 
 async def admin(
-    bootstrap: str | list[str] | None, command: str, *, user: str | None = None, password: str | None = None
+    bootstrap: str | list[str] | None,
+    command: str,
+    *,
+    user: str | None = None,
+    password: str | None = None,
+    ssl: SslOption | Transport = None,
 ) -> list[Any]:
-    conn, _ = await connect(bootstrap, user=user, password=password)
+    conn, _ = await connect(bootstrap, user=user, password=password, ssl=ssl)
     runner = asyncio.create_task(conn.run())
     try:
         reply = await conn.request({"t": FrameType.ADMIN, "cmd": command})

@@ -5,6 +5,11 @@ RoundRobin(directory_fetcher(bootstrap))`` or ``Centralized``) the CM is chosen 
 ``connect_with_failover`` moves on to the next CM until one accepts. Authentication errors are not
 connection failures: they are raised at once, except ``AUTH_BUSY`` (the CM has too many password
 checks waiting): the next CM is tried, and ``AUTH_BUSY`` is raised only when every one was busy.
+
+TLS: ``ssl=`` as aiokafka and nats.py take it (an ``ssl.SSLContext``, a CA file, or ``True`` for the
+system's CAs; env ``HYBRIDMQ_TLS_CA`` when not given). The CM's certificate is verified, host name
+included; ``server_hostname`` (env ``HYBRIDMQ_TLS_SERVER_NAME``) is the name to check when the
+address is an IP the certificate does not carry (a CM pod's IP from the broker table).
 """
 
 from __future__ import annotations
@@ -18,8 +23,10 @@ from typing import Any
 from hybridmq.api.assignment import BrokerEntry
 from hybridmq.api.frames import PROTOCOL_VERSION, ErrorCode, FrameType
 from hybridmq.client.distribution import NoBrokerAvailable, Strategy, connect_with_failover
-from hybridmq.protocol import Connection, RemoteError, open_connection
+from hybridmq.client.transport import Transport
+from hybridmq.protocol import Connection, RemoteError
 from hybridmq.protocol.connection import ConnectionClosed
+from hybridmq.protocol.tls import SslOption
 
 
 class ClientError(Exception):
@@ -63,9 +70,12 @@ async def connect(
     app: str | None = None,
     timeout: float = 10.0,  # noqa: ASYNC109
     strategy: Strategy | None = None,
+    ssl: SslOption | Transport = None,
+    server_hostname: str | None = None,
 ) -> tuple[Connection, dict[str, Any]]:
     """Connect to the first CM that answers (env ``HYBRIDMQ_BOOTSTRAP``, ``HYBRIDMQ_USER``,
     ``HYBRIDMQ_PASSWORD`` fill in what is not given). Authentication errors are raised at once."""
+    transport = Transport.of(ssl, server_hostname)
     bootstrap = bootstrap or os.environ.get("HYBRIDMQ_BOOTSTRAP", "127.0.0.1:7000")
     user = user if user is not None else os.environ.get("HYBRIDMQ_USER")
     password = password if password is not None else os.environ.get("HYBRIDMQ_PASSWORD")
@@ -81,15 +91,15 @@ async def connect(
     if strategy is None and os.environ.get("HYBRIDMQ_DISTRIBUTION"):
         from hybridmq.client.directory import configured_strategy  # distribution by env
 
-        strategy = configured_strategy(bootstrap, app=str(hello["app"] or ""), user=user, password=password)
+        strategy = configured_strategy(
+            bootstrap, app=str(hello["app"] or ""), user=user, password=password, ssl=transport
+        )
     if strategy is not None:
 
         async def attempt(address: str) -> tuple[Connection, dict[str, Any]]:
             host, port = parse_bootstrap(address)[0]
             try:
-                return await asyncio.wait_for(
-                    open_connection(host, port, dict(hello), name="client"), timeout
-                )
+                return await asyncio.wait_for(transport.open(host, port, dict(hello), "client"), timeout)
             except RemoteError as exc:
                 raise _refusal(exc) from None
             except ConnectionClosed as exc:  # gone during the handshake: the next CM
@@ -106,7 +116,7 @@ async def connect(
     busy: ClientError | None = None
     for host, port in parse_bootstrap(bootstrap):
         try:
-            return await asyncio.wait_for(open_connection(host, port, dict(hello), name="client"), timeout)
+            return await asyncio.wait_for(transport.open(host, port, dict(hello), "client"), timeout)
         except RemoteError as exc:
             refusal = _refusal(exc)
             if not isinstance(refusal, _Busy):
@@ -120,12 +130,16 @@ async def connect(
 
 
 def directory_fetcher(
-    bootstrap: str | list[str], *, user: str | None = None, password: str | None = None
+    bootstrap: str | list[str],
+    *,
+    user: str | None = None,
+    password: str | None = None,
+    ssl: SslOption | Transport = None,
 ) -> Callable[[], Awaitable[list[BrokerEntry]]]:
     """A broker-table fetcher (DIRECTORY frame) for ``distribution.RoundRobin``."""
 
     async def fetch() -> list[BrokerEntry]:
-        conn, _ = await connect(bootstrap, user=user, password=password)
+        conn, _ = await connect(bootstrap, user=user, password=password, ssl=ssl)
         runner = asyncio.create_task(conn.run())
         try:
             reply = await conn.request({"t": FrameType.DIRECTORY}, timeout=5)

@@ -27,7 +27,9 @@ from typing import Any
 from hybridmq.api.assignment import BrokerEntry
 from hybridmq.api.frames import PROTOCOL_VERSION, FrameType
 from hybridmq.client.distribution import Centralized, RoundRobin, Strategy
-from hybridmq.protocol import RemoteError, open_connection
+from hybridmq.client.transport import Transport
+from hybridmq.protocol import RemoteError
+from hybridmq.protocol.tls import SslOption
 
 DISTRIBUTION_ENV = "HYBRIDMQ_DISTRIBUTION"
 REFRESH_ENV = "HYBRIDMQ_DIRECTORY_REFRESH_S"
@@ -48,7 +50,9 @@ class DirectoryClient:
         user: str | None = None,
         password: str | None = None,
         timeout_s: float = 1.0,
+        ssl: SslOption | Transport = None,
     ) -> None:
+        self.transport = Transport.of(ssl)
         self.seeds = split_addresses(bootstrap or os.environ.get("HYBRIDMQ_BOOTSTRAP", "127.0.0.1:7000"))
         self.user = user if user is not None else os.environ.get("HYBRIDMQ_USER")
         self.password = password if password is not None else os.environ.get("HYBRIDMQ_PASSWORD")
@@ -79,7 +83,7 @@ class DirectoryClient:
             }
             try:
                 conn, _ = await asyncio.wait_for(
-                    open_connection(host or "127.0.0.1", int(port), hello, name="directory"), self.timeout_s
+                    self.transport.open(host or "127.0.0.1", int(port), hello, "directory"), self.timeout_s
                 )
             except RemoteError as exc:
                 from hybridmq.client.connection import ClientError
@@ -131,6 +135,7 @@ def make_strategy(
     user: str | None = None,
     password: str | None = None,
     refresh_interval_s: float | None = None,
+    ssl: SslOption | Transport = None,
 ) -> Strategy | None:
     """The configured distribution strategy (option, else ``HYBRIDMQ_DISTRIBUTION``), or None."""
     mode = (distribution or os.environ.get(DISTRIBUTION_ENV) or "bootstrap").lower()
@@ -138,7 +143,7 @@ def make_strategy(
         return None
     if mode not in MODES:
         raise ValueError(f"unknown distribution {mode!r}: use bootstrap, round-robin or centralized")
-    directory = DirectoryClient(bootstrap, user=user, password=password)
+    directory = DirectoryClient(bootstrap, user=user, password=password, ssl=ssl)
     interval = refresh_interval_s or float(os.environ.get(REFRESH_ENV) or 30.0)
     rr = RoundRobin(directory.broker_table, seeds=directory.seeds, refresh_interval_s=interval)
     rr._position = random.randrange(1024)  # independent clients must not all start on the same CM
@@ -157,11 +162,12 @@ def configured_strategy(
     app: str | None = None,
     user: str | None = None,
     password: str | None = None,
+    ssl: SslOption | Transport = None,
 ) -> Strategy | None:
     """The ``HYBRIDMQ_DISTRIBUTION`` strategy, one per (bootstrap, mode, app, user) in this process,
     so that successive ``connect`` calls go round-robin over one cached table."""
     mode = os.environ.get(DISTRIBUTION_ENV) or "bootstrap"
     key = (",".join(split_addresses(bootstrap)), mode, app or "", user or "")
     if key not in _configured:
-        _configured[key] = make_strategy(bootstrap, mode, app=app, user=user, password=password)
+        _configured[key] = make_strategy(bootstrap, mode, app=app, user=user, password=password, ssl=ssl)
     return _configured[key]

@@ -41,8 +41,10 @@ from hybridmq.client.connection import ClientError, connect
 from hybridmq.client.distribution import Strategy
 from hybridmq.client.message import unpack_records
 from hybridmq.client.send_log import producer_key
+from hybridmq.client.transport import Transport
 from hybridmq.protocol import Connection, RemoteError
 from hybridmq.protocol.connection import ConnectionClosed
+from hybridmq.protocol.tls import SslOption
 
 DEFAULT_MAX_BYTES = 4 * 1024 * 1024
 TRANSIENT = frozenset({ErrorCode.MM_UNAVAILABLE, ErrorCode.NOT_PRIMARY, ErrorCode.STALE_EPOCH})
@@ -167,10 +169,19 @@ class Fetcher:
         strategy: Strategy | None = None,
         retry_s: float = 15.0,
         request_timeout: float = 60.0,
+        ssl: SslOption = None,
     ) -> Fetcher:
+        transport = Transport.of(ssl)
+
         async def reconnect() -> tuple[Connection, asyncio.Task[None]]:
             conn, _ = await connect(
-                bootstrap, user=user, password=password, client_id=client_id, app=app, strategy=strategy
+                bootstrap,
+                user=user,
+                password=password,
+                client_id=client_id,
+                app=app,
+                strategy=strategy,
+                ssl=transport,
             )
             return conn, asyncio.create_task(conn.run())
 

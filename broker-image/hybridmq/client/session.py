@@ -25,7 +25,9 @@ from hybridmq.api.frames import ErrorCode, FrameType
 from hybridmq.client.connection import ClientError, connect
 from hybridmq.client.directory import make_strategy
 from hybridmq.client.distribution import Strategy
+from hybridmq.client.transport import Transport
 from hybridmq.protocol import Connection
+from hybridmq.protocol.tls import SslOption
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +61,8 @@ class SessionArgs(TypedDict, total=False):
     give_up_after_s: float  # how long a lost session tries to reconnect
     keepalive_s: float | None  # PING interval (None: no keepalive)
     keepalive_timeout_s: float  # no PONG within it: the CM is lost
+    ssl: SslOption  # TLS to the CMs: a context, a CA file or True (else env HYBRIDMQ_TLS_CA)
+    server_hostname: str | None  # the name the CMs' certificate carries (else the address's host)
 
 
 @dataclass
@@ -74,6 +78,8 @@ class SessionOptions:
     give_up_after_s: float = 30.0
     keepalive_s: float | None = 1.0
     keepalive_timeout_s: float = 3.0
+    ssl: SslOption | Transport = None
+    server_hostname: str | None = None
 
 
 class Session:
@@ -93,6 +99,7 @@ class Session:
     @classmethod
     async def open(cls, options: SessionOptions) -> Session:
         """Connect to a CM; it reconnects once ``attach`` named its owner."""
+        options.ssl = Transport.of(options.ssl, options.server_hostname)  # files read once
         if options.strategy is None:
             options.strategy = make_strategy(
                 options.bootstrap,
@@ -100,6 +107,7 @@ class Session:
                 app=options.app,
                 user=options.user,
                 password=options.password,
+                ssl=options.ssl,
             )
         conn, hello = await cls._connect(options)
         return cls(options, conn, hello)
@@ -114,6 +122,7 @@ class Session:
             app=options.app,
             strategy=options.strategy,
             timeout=max(2.0, options.keepalive_timeout_s),
+            ssl=options.ssl,
         )
 
     def attach(self, owner: Owner) -> None:

@@ -57,6 +57,7 @@ def run(args: argparse.Namespace) -> None:
         retention_after_drain=args.retention_after_drain,
         cm_port=args.port,
         fsync=args.fsync,
+        tls=args.tls,
     )
 
     def interrupt(*_: object) -> None:
@@ -67,8 +68,9 @@ def run(args: argparse.Namespace) -> None:
     replicated = (
         f", controller at {cluster.controller_url} ({args.replicas} replicas)" if args.replicas else ""
     )
+    tls = f"; TLS, CA {cluster.ca_file} (--tls-ca or HYBRIDMQ_TLS_CA)" if cluster.ca_file else ""
     print(
-        f"hybridmq local: CMs at {cluster.bootstraps} ({args.mms} MMs){replicated}; Ctrl-C to stop",
+        f"hybridmq local: CMs at {cluster.bootstraps} ({args.mms} MMs){replicated}{tls}; Ctrl-C to stop",
         flush=True,
     )
     try:

@@ -19,6 +19,11 @@ Tests use this class too: ``kill_mm`` / ``kill_cm`` (any signal, e.g. SIGKILL), 
 Each run generates a fresh cluster secret, written to ``<dir>/cluster-secret`` (mode 0600) and
 handed to the processes as ``HYBRIDMQ_CLUSTER_SECRET_FILE`` (not on their command line, where
 ``ps`` would show it); ``cluster_secret`` holds it for tests that talk to an MM directly.
+
+``tls=True`` (``hybridmq local --tls``): a throwaway CA (``<dir>/ca.crt``, what clients verify the
+CMs with: ``ca_file``, ``client_ssl()``) and one broker certificate for ``localhost``/127.0.0.1 in
+``<dir>/tls/`` (``local/certs.py``); every listener is on TLS, brokers link with mutual TLS.
+``tls=<directory>`` uses the caller's certificates instead (``tls.crt``, ``tls.key``, ``ca.crt``).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import json
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -72,9 +78,21 @@ class LocalCluster:
         mm_args: list[str] | None = None,
         cm_args: list[str] | None = None,
         log_level: str = "WARNING",
+        tls: bool | Path = False,
     ) -> None:
         self.dir = directory
         self.dir.mkdir(parents=True, exist_ok=True)
+        self.tls_dir: Path | None = None
+        self.ca_file: Path | None = None
+        if isinstance(tls, Path):  # certificates of the caller's own CA
+            self.tls_dir, self.ca_file = tls, tls / "ca.crt"
+        elif tls:
+            from hybridmq.local.certs import make_local_tls
+
+            self.tls_dir, self.ca_file = make_local_tls(self.dir)
+        if self.tls_dir is not None:
+            mm_args = ["--tls-dir", str(self.tls_dir), *(mm_args or [])]
+            cm_args = ["--tls-dir", str(self.tls_dir), *(cm_args or [])]
         self.cm_names = [f"cm-{i}" for i in range(max(1, cms))]
         self.cm_ports = {n: free_port() for n in self.cm_names}
         if cm_port:
@@ -165,6 +183,17 @@ class LocalCluster:
                 on_start=self.start_mm,
                 secret=self.cluster_secret,
             )
+
+    def client_ssl(self) -> ssl.SSLContext | None:
+        """What a client passes as ``ssl=`` (None without TLS)."""
+        return ssl.create_default_context(cafile=str(self.ca_file)) if self.ca_file else None
+
+    def _admin(self, port: int, timeout: float) -> dict[str, Any]:
+        scheme = "https" if self.ca_file else "http"
+        with urllib.request.urlopen(
+            f"{scheme}://127.0.0.1:{port}/admin", timeout=timeout, context=self.client_ssl()
+        ) as r:
+            return dict(json.loads(r.read()))
 
     @property
     def controller_url(self) -> str | None:
@@ -273,10 +302,8 @@ class LocalCluster:
         deadline = time.monotonic() + timeout
         pending = [c for c in self.cm_names if c in self.procs and self.procs[c].poll() is None]
         while pending and time.monotonic() < deadline:
-            url = f"http://127.0.0.1:{self.cm_https[pending[0]]}/admin"
             try:
-                with urllib.request.urlopen(url, timeout=2) as r:
-                    links = json.loads(r.read())["mm_links"]
+                links = self._admin(self.cm_https[pending[0]], 2)["mm_links"]
                 if all(
                     links.get(n) for n, p in self.procs.items() if n in self.mm_ports and p.poll() is None
                 ):
@@ -349,8 +376,7 @@ class LocalCluster:
 
     def mm_stats(self, name: str) -> dict[str, Any]:
         """The MM's own ``/admin`` stats (roles, epochs, high watermarks, delivery states)."""
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.mm_http[name]}/admin", timeout=5) as r:
-            return dict(json.loads(r.read()))
+        return self._admin(self.mm_http[name], 5)
 
     def wait_until(self, predicate: Callable[[], bool], timeout: float = 20.0, what: str = "") -> None:
         deadline = time.monotonic() + timeout

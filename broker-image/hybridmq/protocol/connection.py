@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import ssl as _ssl
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -180,10 +181,25 @@ class Connection:
 
 
 async def open_connection(
-    host: str, port: int, hello: Frame, max_frame: int = DEFAULT_MAX_FRAME, name: str = ""
+    host: str,
+    port: int,
+    hello: Frame,
+    max_frame: int = DEFAULT_MAX_FRAME,
+    name: str = "",
+    *,
+    ssl: _ssl.SSLContext | None = None,
+    server_hostname: str | None = None,
 ) -> tuple[Connection, Frame]:
-    """Connect and handshake; returns the connection and the HELLO_OK frame (raises RemoteError)."""
-    reader, writer = await asyncio.open_connection(host, port, limit=2 * 1024 * 1024)
+    """Connect (over TLS with ``ssl``; ``server_hostname`` is the name the server's certificate must
+    carry when it is not ``host``) and handshake; returns the connection and the HELLO_OK frame
+    (raises RemoteError)."""
+    reader, writer = await asyncio.open_connection(
+        host,
+        port,
+        limit=2 * 1024 * 1024,
+        ssl=ssl,
+        server_hostname=(server_hostname or host) if ssl is not None else None,
+    )
     conn = Connection(reader, writer, max_frame=max_frame, name=name)
     conn.send_nowait(hello)
     reply = await read_frame(reader, max_frame)

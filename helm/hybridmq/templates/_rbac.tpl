@@ -16,8 +16,11 @@ Why each rule:
     brokers' get/list/watch on partitions and brokerclusters.
   * Events: one per failover step and per garbage collection (Kopf posts core/v1 events).
   * NetworkPolicies: the child that lets only a cluster's own pods reach its MMs' broker port.
-  * Secrets: create only. The operator creates each cluster's secret once (AlreadyExists is
-    fine); it never reads, lists, updates or deletes a Secret (garbage collection deletes it).
+  * Secrets: get, create, patch. The cluster secret (created once), the cluster CA (read back to
+    sign, the brokers' certificate applied), the CMs' users Secret and each BrokerUser's password
+    (read by name); never listed, watched or deleted (garbage collection deletes them). The
+    brokers' Role grants the CMs get on their users Secret by name, which the operator holds.
+  * BrokerUsers: watched; their status written.
 */}}
 {{- define "hybridmq.operator.namespacedRules" -}}
 - apiGroups: ["hybridmq.io"]
@@ -26,6 +29,12 @@ Why each rule:
 - apiGroups: ["hybridmq.io"]
   resources: ["partitions"]
   verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
+- apiGroups: ["hybridmq.io"]
+  resources: ["brokerusers"]
+  verbs: ["get", "list", "watch"]
+- apiGroups: ["hybridmq.io"]
+  resources: ["brokerusers/status"]
+  verbs: ["get", "patch"]
 - apiGroups: ["hybridmq.io"]
   resources: ["brokerclusters/status", "partitions/status"]
   verbs: ["get", "update", "patch"]
@@ -52,7 +61,7 @@ Why each rule:
   verbs: ["get", "create", "patch"]
 - apiGroups: [""]
   resources: ["secrets"]
-  verbs: ["create"]
+  verbs: ["get", "create", "patch"]
 - apiGroups: ["coordination.k8s.io"]
   resources: ["leases"]
   verbs: ["get", "list", "watch", "create", "update", "patch"]

@@ -8,8 +8,9 @@
   BrokerCluster status and its Warning events; ``cluster_status`` builds the status dict).
 * ``cleanup``: BrokerCluster deletion releases its Partitions.
 * ``orphans``: a Partition naming a BrokerCluster that does not exist gets a status saying so.
+* ``users``: BrokerUsers -> the CMs' users Secret and the users' Ready conditions.
 """
 
-from hybridmq_operator.handlers import children, cleanup, indexes, orphans, partitions, startup
+from hybridmq_operator.handlers import children, cleanup, indexes, orphans, partitions, startup, users
 
-__all__ = ["children", "cleanup", "indexes", "orphans", "partitions", "startup"]
+__all__ = ["children", "cleanup", "indexes", "orphans", "partitions", "startup", "users"]

@@ -7,11 +7,12 @@ its current size; the ``partitions`` daemon shrinks it once the planner reports 
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, NoReturn
 
 import kopf
 
-from hybridmq_operator import kube, names
+from hybridmq_operator import kube, names, tls
+from hybridmq_operator.handlers import users
 from hybridmq_operator.resources import build_children, build_cluster_secret, generate_value
 from hybridmq_operator.settings import ClusterSettings
 
@@ -36,20 +37,35 @@ def apply_children(body: kopf.Body, logger: Logger) -> int:
     mm_replicas = mm_replicas_to_apply(settings.mm_replicas, current)
     ensure_cluster_secret(settings)
     key = (settings.namespace, settings.name)
+    try:
+        reason = tls.ensure_tls(settings)  # before the pods: they mount its Secret
+    except kube.KubeError as exc:
+        _failed(body, key, "CertificateNotIssued", f"issuing the brokers' certificate: {exc}", exc)
+    if reason is not None:
+        kopf.info(body, reason="CertificateIssued", message=f"brokers' certificate issued: {reason}")
     for manifest in build_children(settings, mm_replicas):
         try:
             kube.apply(manifest)
         except kube.KubeError as exc:
-            message = f"applying {manifest['kind']}/{manifest['metadata']['name']}: {exc}"
-            if failures.get(key) != message:
-                kopf.warn(body, reason="ChildrenNotApplied", message=message)
-            failures[key] = message
-            # 4xx other than conflicts will not fix themselves; still retry, with backoff.
-            raise kopf.TemporaryError(message, delay=5) from exc
+            what = f"applying {manifest['kind']}/{manifest['metadata']['name']}: {exc}"
+            _failed(body, key, "ChildrenNotApplied", what, exc)
     failures.pop(key, None)
+    try:
+        users.sync_users(settings.namespace, settings.name)  # auth switched on or off
+    except kube.KubeError as exc:
+        logger.warning("syncing the BrokerUsers of %s: %s", settings.name, exc)
     if current is not None and mm_replicas > settings.mm_replicas:
         logger.info("MM scale-down %d -> %d waits for evacuation", current, settings.mm_replicas)
     return mm_replicas
+
+
+def _failed(body: kopf.Body, key: tuple[str, str], reason: str, message: str, exc: Exception) -> NoReturn:
+    """Warn once per distinct failure and retry with backoff (4xx other than conflicts will not fix
+    themselves, but the cause may be fixed by the user)."""
+    if failures.get(key) != message:
+        kopf.warn(body, reason=reason, message=message)
+    failures[key] = message
+    raise kopf.TemporaryError(message, delay=5) from exc
 
 
 def ensure_cluster_secret(settings: ClusterSettings) -> None:

@@ -8,6 +8,8 @@ from typing import Any
 
 from hybridmq_operator import names
 from hybridmq_operator.resources.configmap import config_digest
+from hybridmq_operator.resources.tls import broker_tls_secret
+from hybridmq_operator.resources.users import users_managed
 from hybridmq_operator.settings import ClusterSettings
 
 
@@ -52,6 +54,10 @@ def broker_env(settings: ClusterSettings, role: str) -> list[dict[str, Any]]:
     ]
     if role == names.ROLE_CM and settings.auth.get("secretName"):
         env.append({"name": "HYBRIDMQ_CREDENTIALS", "value": f"{names.CONFIG_MOUNT}/auth"})
+    if role == names.ROLE_CM and users_managed(settings):  # BrokerUsers, read through the API
+        env.append({"name": "HYBRIDMQ_USERS_SECRET", "value": names.users_secret_name(settings.name)})
+    if broker_tls_secret(settings):  # every listener on TLS, mutual TLS between brokers
+        env.append({"name": "HYBRIDMQ_TLS_DIR", "value": names.TLS_MOUNT})
     if role == names.ROLE_MM:
         env += [
             {"name": "HYBRIDMQ_DATA_DIR", "value": names.DATA_MOUNT},
@@ -61,9 +67,9 @@ def broker_env(settings: ClusterSettings, role: str) -> list[dict[str, Any]]:
     return env
 
 
-def _probe(path: str, period: int, failures: int) -> dict[str, Any]:
+def _probe(path: str, period: int, failures: int, tls: bool) -> dict[str, Any]:
     return {
-        "httpGet": {"path": path, "port": "http"},
+        "httpGet": {"path": path, "port": "http", "scheme": "HTTPS" if tls else "HTTP"},
         "periodSeconds": period,
         "failureThreshold": failures,
         "timeoutSeconds": 1,
@@ -77,8 +83,9 @@ def broker_container(settings: ClusterSettings, role: str) -> dict[str, Any]:
     ]
     if role == names.ROLE_MM:
         mounts.append({"name": names.DATA_VOLUME, "mountPath": names.DATA_MOUNT})
-    if settings.tls.get("secretName"):
-        mounts.append({"name": "tls", "mountPath": f"{names.CONFIG_MOUNT}/tls", "readOnly": True})
+    tls_secret = broker_tls_secret(settings)
+    if tls_secret:
+        mounts.append({"name": "tls", "mountPath": names.TLS_MOUNT, "readOnly": True})
     if role == names.ROLE_CM and settings.auth.get("secretName"):
         mounts.append({"name": "auth", "mountPath": f"{names.CONFIG_MOUNT}/auth", "readOnly": True})
     resources = settings.cm_resources if role == names.ROLE_CM else settings.mm_resources
@@ -92,8 +99,8 @@ def broker_container(settings: ClusterSettings, role: str) -> dict[str, Any]:
             {"name": port_name, "containerPort": port, "protocol": "TCP"},
             {"name": "http", "containerPort": names.HTTP_PORT, "protocol": "TCP"},
         ],
-        "readinessProbe": _probe("/readyz", 1, 2),
-        "livenessProbe": _probe("/healthz", 5, 6),
+        "readinessProbe": _probe("/readyz", 1, 2, bool(tls_secret)),
+        "livenessProbe": _probe("/healthz", 5, 6, bool(tls_secret)),
         "volumeMounts": mounts,
         "securityContext": {
             "runAsNonRoot": True,
@@ -113,8 +120,9 @@ def pod_template(settings: ClusterSettings, role: str) -> dict[str, Any]:
     ]
     if role == names.ROLE_MM and settings.storage_type == "ephemeral":
         volumes.append({"name": names.DATA_VOLUME, "emptyDir": {}})
-    if settings.tls.get("secretName"):
-        volumes.append({"name": "tls", "secret": {"secretName": str(settings.tls["secretName"])}})
+    tls_secret = broker_tls_secret(settings)
+    if tls_secret:
+        volumes.append({"name": "tls", "secret": {"secretName": tls_secret}})
     if role == names.ROLE_CM and settings.auth.get("secretName"):
         volumes.append({"name": "auth", "secret": {"secretName": str(settings.auth["secretName"])}})
     return {

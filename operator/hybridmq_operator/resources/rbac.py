@@ -34,11 +34,21 @@ def build_service_account(settings: ClusterSettings) -> Manifest:
 
 
 def build_role(settings: ClusterSettings) -> Manifest:
+    rules = [dict(rule) for rule in BROKER_RULES]
+    # The CMs read their users (from BrokerUsers) by name: that one Secret, nothing else.
+    rules.append(
+        {
+            "apiGroups": [""],
+            "resources": ["secrets"],
+            "resourceNames": [names.users_secret_name(settings.name)],
+            "verbs": ["get"],
+        }
+    )
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "Role",
         "metadata": metadata(settings, names.service_account_name(settings.name)),
-        "rules": [dict(rule) for rule in BROKER_RULES],
+        "rules": rules,
     }
 
 

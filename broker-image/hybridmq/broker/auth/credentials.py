@@ -15,35 +15,25 @@ which users exist.
 from __future__ import annotations
 
 import hashlib
-import hmac
 import os
 import threading
 from collections import OrderedDict
 from pathlib import Path
 
-ITERATIONS = 20_000
-_PREFIX = "pbkdf2$"
+from hybridmq.api.password_hash import ITERATIONS, hash_password, verify_password
+from hybridmq.api.password_hash import PREFIX as _PREFIX
+
+__all__ = ["ITERATIONS", "CredentialStore", "hash_password", "verify_password"]
+
 CACHE_SIZE = 1024
-
-
-def hash_password(password: str, iterations: int = ITERATIONS) -> str:
-    salt = os.urandom(16)
-    digest = hashlib.pbkdf2_hmac("sha256", password.encode(), salt, iterations)
-    return f"{_PREFIX}{iterations}${salt.hex()}${digest.hex()}"
-
-
-def verify_password(password: str, stored: str) -> bool:
-    try:
-        _, iterations, salt_hex, digest_hex = stored.split("$")
-        digest = hashlib.pbkdf2_hmac("sha256", password.encode(), bytes.fromhex(salt_hex), int(iterations))
-    except ValueError:
-        return False
-    return hmac.compare_digest(digest.hex(), digest_hex)
 
 
 class CredentialStore:
     def __init__(self, hashes: dict[str, str] | None = None, cache_size: int = CACHE_SIZE) -> None:
         self._hashes: dict[str, str] = dict(hashes or {})
+        self._origin: dict[str, str] = {
+            u: hashlib.blake2b(h.encode(), digest_size=16).hexdigest() for u, h in self._hashes.items()
+        }
         self.enabled = hashes is not None
         self._cache_key = os.urandom(32)
         self._cache: OrderedDict[tuple[str, bytes], None] = OrderedDict()
@@ -54,9 +44,15 @@ class CredentialStore:
 
     def add(self, user: str, password: str) -> None:
         self._hashes[user] = password if password.startswith(_PREFIX) else hash_password(password)
+        # What was loaded (plain or hashed), as a digest: a reload finds changed users by it.
+        self._origin[user] = hashlib.blake2b(password.encode(), digest_size=16).hexdigest()
         with self._cache_lock:
             self._cache.clear()
         self.enabled = True
+
+    def entries(self) -> dict[str, str]:
+        """user -> digest of the entry loaded (what a reload compares to find changed users)."""
+        return dict(self._origin)
 
     def _cache_entry(self, user: str, password: str) -> tuple[str, bytes]:
         digest = hashlib.blake2b(password.encode(), key=self._cache_key, digest_size=32).digest()

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from hybridmq.api.assignment import BrokerEntry, BrokerRole
+from hybridmq.protocol.tls import BrokerTls
 
 PeerFetcher = Callable[[BrokerEntry], Awaitable[dict[str, int]]]
 
@@ -171,8 +172,9 @@ class Directory:
         return cms[choice]
 
 
-def http_peer_fetcher(timeout_s: float = 0.5) -> PeerFetcher:
-    """Read a peer CM's sessions per application from its ``/admin`` (``applications``)."""
+def http_peer_fetcher(timeout_s: float = 0.5, tls: BrokerTls | None = None) -> PeerFetcher:
+    """Read a peer CM's sessions per application from its ``/admin`` (``applications``); over
+    HTTPS, presenting this CM's certificate, when the CMs have ``tls``."""
     import aiohttp
 
     session: aiohttp.ClientSession | None = None
@@ -183,7 +185,8 @@ def http_peer_fetcher(timeout_s: float = 0.5) -> PeerFetcher:
             raise LookupError(f"{peer.name} has no http address")
         if session is None or session.closed:
             session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s))
-        async with session.get(f"http://{peer.http_address}/admin") as resp:
+        scheme, ssl = ("https", tls.client()) if tls is not None else ("http", None)
+        async with session.get(f"{scheme}://{peer.http_address}/admin", ssl=ssl or True) as resp:
             resp.raise_for_status()
             data = await resp.json()
         return {str(k): int(v) for k, v in (data.get("applications") or {}).items()}

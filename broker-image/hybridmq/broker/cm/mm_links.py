@@ -13,6 +13,7 @@ from typing import Any
 
 from hybridmq.api.frames import PROTOCOL_VERSION, FrameType
 from hybridmq.protocol import Connection, open_connection
+from hybridmq.protocol.tls import BrokerTls
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +28,9 @@ class MMLink:
         max_frame: int,
         on_frame: Callable[[MMLink, dict[str, Any]], None],
         on_connect: Callable[[MMLink], Awaitable[None]],
+        tls: BrokerTls | None = None,
     ) -> None:
+        self.tls = tls  # mutual TLS: the CM presents its certificate, checks the MM's
         self.name = name
         self.address = address
         self.node = node
@@ -66,6 +69,7 @@ class MMLink:
                     },
                     self.max_frame,
                     name=f"cm->{self.name}",
+                    ssl=self.tls.client() if self.tls is not None else None,
                 )
             except (OSError, asyncio.IncompleteReadError, Exception) as exc:
                 log.debug("link to %s (%s) failed: %s", self.name, self.address, exc)

@@ -64,6 +64,8 @@ from hybridmq.api.frames import (
 )
 from hybridmq.broker.assignment_source import AssignmentSource
 from hybridmq.broker.auth import AclTable, CredentialStore, cluster_secret
+from hybridmq.broker.auth.kube_users import KubeUsersSecret
+from hybridmq.broker.auth.reload import AuthFiles, revoked
 from hybridmq.broker.auth.subscription_scope import may_reach
 from hybridmq.broker.auth.throttle import AuthBusy, AuthGate
 from hybridmq.broker.cm import fetch_route
@@ -81,6 +83,7 @@ from hybridmq.broker.ids import IdGenerator
 from hybridmq.broker.log_events import LogEventBuffer, log_partition, log_partition_owner
 from hybridmq.protocol import Connection, ProtocolError, RemoteError, read_frame
 from hybridmq.protocol.connection import HIGH_WATER, ConnectionClosed
+from hybridmq.protocol.tls import BrokerTls
 
 log = logging.getLogger(__name__)
 CONSUMABLE_RESERVED = (DMQ_DESTINATION, LOG_DESTINATION)
@@ -100,6 +103,12 @@ class CMConfig:
     auth_concurrency: int = 1  # PBKDF2 verifications at a time (auth/throttle.py)
     auth_max_waiting: int = 64  # HELLOs waiting for one; more are refused with AUTH_BUSY
     auth_failure_delay_s: float = 0.5  # before answering AUTH_FAILED
+    tls_dir: str | None = None  # certificates (protocol/tls.py): TLS for clients, mutual TLS to MMs
+    credentials_path: str | None = None  # re-read when it changes (auth/reload.py), as acl_path
+    acl_path: str | None = None
+    auth_reload_s: float = 1.0
+    users_secret: str | None = None  # <c>-users, from BrokerUsers (auth/kube_users.py)
+    namespace: str | None = None  # of users_secret
 
 
 @dataclass(eq=False)
@@ -136,6 +145,7 @@ class ConnectionManager:
         )
         self.acl = acl or AclTable()
         self.ids = IdGenerator(config.name)
+        self.tls = BrokerTls(config.tls_dir) if config.tls_dir else None
         self.links: dict[str, MMLink] = {}
         self._retired: set[asyncio.Task[None]] = set()  # links to an MM's old address, stopping
         self._primaries: dict[str, str | None] = {}  # partition -> primary MM, as last seen
@@ -146,6 +156,8 @@ class ConnectionManager:
         self._server: asyncio.base_events.Server | None = None
         self._log_events: LogEventBuffer | None = None
         self._log_task: asyncio.Task[None] | None = None
+        self._auth_task: asyncio.Task[None] | None = None
+        self.auth_reloads = 0
         self.ready = False
         self.produced_batches = 0
         self.delivered_batches = 0
@@ -153,7 +165,7 @@ class ConnectionManager:
             config.name,
             source.brokers,
             self._app_counts,
-            http_peer_fetcher(),
+            http_peer_fetcher(tls=self.tls),
             load_registrations(config.directory_config),
         )
 
@@ -167,10 +179,25 @@ class ConnectionManager:
         self.source.subscribe(self._on_table)
         self._sync_links()
         self._server = await asyncio.start_server(
-            self._serve, self.config.host, self.config.port, limit=2 * 1024 * 1024
+            self._serve,
+            self.config.host,
+            self.config.port,
+            limit=2 * 1024 * 1024,
+            ssl=self.tls.server(peer_cert=False) if self.tls is not None else None,
         )
         self._log_events = LogEventBuffer(self.config.name, "cm").install()
         self._log_task = asyncio.create_task(self._publish_log_events(self._log_events))
+        if self.config.users_secret:
+            secret = KubeUsersSecret(self.config.namespace or "default", self.config.users_secret)
+            # Nobody is admitted before the first read (an empty table, authentication on).
+            self.apply_auth(CredentialStore({}), AclTable({}))
+            first = await asyncio.get_running_loop().run_in_executor(None, secret.poll)
+            if first is not None:
+                self.apply_auth(*first)
+            self._auth_task = asyncio.create_task(self._follow_auth(secret))
+        elif self.config.credentials_path or self.config.acl_path:
+            files = AuthFiles(self.config.credentials_path, self.config.acl_path)
+            self._auth_task = asyncio.create_task(self._follow_auth(files))
         self.ready = True
         log.info("cm %s listening on %s:%d", self.config.name, self.config.host, self.config.port)
 
@@ -185,8 +212,40 @@ class ConnectionManager:
         await self.source.stop()
         if self._log_task is not None:
             self._log_task.cancel()
+        if self._auth_task is not None:
+            self._auth_task.cancel()
         if self._log_events is not None:
             self._log_events.remove()
+
+    async def _follow_auth(self, files: AuthFiles | KubeUsersSecret) -> None:
+        """Take up changed users and ACLs; end the sessions of users removed or given another
+        password (an ACL change applies to the next request of every session)."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(self.config.auth_reload_s)
+            try:
+                tables = await loop.run_in_executor(None, files.poll)  # plain passwords get hashed
+            except Exception:
+                log.exception("reloading users and ACLs")
+                continue
+            if tables is not None:
+                self.apply_auth(*tables)
+
+    def apply_auth(self, credentials: CredentialStore, acl: AclTable) -> None:
+        gone = revoked(self.credentials, credentials)
+        self.credentials = self.auth.store = credentials
+        self.acl = acl
+        self.auth_reloads += 1
+        ended = [s for s in list(self.sessions.values()) if s.user in gone]
+        for session in ended:
+            try:
+                session.conn.send_nowait(
+                    error_frame(ErrorCode.AUTH_FAILED, f"user {session.user!r} was revoked", fatal=True)
+                )
+            except ConnectionClosed:
+                pass
+            session.conn.close()
+        log.info("users and ACLs reloaded; %d sessions of revoked users ended", len(ended))
 
     async def _publish_log_events(self, events: LogEventBuffer) -> None:
         """Forward this CM's log events to ``topic:_LOG`` in the internal log partition of one MM
@@ -266,6 +325,7 @@ class ConnectionManager:
                     self.config.max_frame,
                     self._on_mm_frame,
                     self._replay_subscriptions,
+                    self.tls,
                 )
                 self.links[b.name] = link
                 link.start()
@@ -634,6 +694,7 @@ class ConnectionManager:
             "delivered_batches": self.delivered_batches,
             "mm_links": {n: self._link_up(n) for n in self.links},
             "applications": self._app_counts(),
+            "auth_reloads": self.auth_reloads,
         }
 
     async def _admin(self, session: Session, frame: dict[str, Any]) -> None:

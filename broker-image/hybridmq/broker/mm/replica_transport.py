@@ -34,6 +34,7 @@ from hybridmq.broker.replication import (
 )
 from hybridmq.protocol import Connection, RemoteError, open_connection
 from hybridmq.protocol.connection import ConnectionClosed
+from hybridmq.protocol.tls import BrokerTls
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +54,7 @@ class PeerLinks:
         self._conns: dict[str, Connection] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._runners: set[asyncio.Task[None]] = set()
+        self.tls: BrokerTls | None = None  # mutual TLS to the peers (set by the MM that has it)
 
     async def _conn(self, peer: str) -> Connection:
         conn = self._conns.get(peer)
@@ -75,7 +77,15 @@ class PeerLinks:
                 "password": self.token,
             }
             fresh, _ = await asyncio.wait_for(
-                open_connection(host, int(port), hello, self.max_frame, name=f"{self.node}->{peer}"), 2.0
+                open_connection(
+                    host,
+                    int(port),
+                    hello,
+                    self.max_frame,
+                    name=f"{self.node}->{peer}",
+                    ssl=self.tls.client() if self.tls is not None else None,
+                ),
+                2.0,
             )
             runner = asyncio.create_task(fresh.run())
             self._runners.add(runner)

@@ -32,6 +32,7 @@ from hybridmq.broker.mm.partition import PartitionHost
 from hybridmq.broker.mm.replica_manager import ReplicaManager
 from hybridmq.broker.mm.replica_transport import REPLICA_FRAMES
 from hybridmq.protocol import Connection, ProtocolError, read_frame
+from hybridmq.protocol.tls import BrokerTls
 
 log = logging.getLogger(__name__)
 PEER_ROLES = frozenset({BrokerRole.CM, BrokerRole.MM})
@@ -52,6 +53,7 @@ class MMConfig:
     cluster_secret: str | None = None  # required: MessageManager.start refuses to run without it
     cache_bytes: int = 16 * 1024 * 1024
     retention_interval: float = 5.0
+    tls_dir: str | None = None  # certificates (protocol/tls.py): TLS listener, mutual TLS with peers
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -86,6 +88,10 @@ class MessageManager:
         self._log_events: LogEventBuffer | None = None
         self.log_host: PartitionHost | None = None
         self.ready = False
+        # Only brokers connect to an MM: with TLS each must present a certificate of the cluster CA.
+        self.tls = BrokerTls(config.tls_dir) if config.tls_dir else None
+        if self.tls is not None:
+            self.replica_manager.links.tls = self.tls
 
     @property
     def name(self) -> str:
@@ -113,7 +119,11 @@ class MessageManager:
         self._log_events = LogEventBuffer(self.config.name, "mm").install()
         self._tasks.append(asyncio.create_task(self._publish_log_events(self._log_events, self.log_host)))
         self._server = await asyncio.start_server(
-            self._serve, self.config.host, self.config.port, limit=2 * 1024 * 1024
+            self._serve,
+            self.config.host,
+            self.config.port,
+            limit=2 * 1024 * 1024,
+            ssl=self.tls.server(peer_cert=True) if self.tls is not None else None,
         )
         self.ready = True
         log.info("mm %s listening on %s:%d", self.config.name, self.config.host, self.config.port)
