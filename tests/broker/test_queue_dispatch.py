@@ -11,10 +11,14 @@ import contextlib
 import time
 from collections.abc import Iterator
 
+import msgpack
 import pytest
 
+from hybridmq.api.frames import ErrorCode, FrameType
 from hybridmq.client import Consumer, Message, Producer
+from hybridmq.client.connection import connect
 from hybridmq.local.runner import LocalCluster
+from hybridmq.protocol import RemoteError
 
 
 @pytest.fixture(scope="module")
@@ -188,3 +192,43 @@ async def test_rejected_message_goes_to_dmq_alone_and_the_rest_of_its_delivery_i
     assert [(m.value, m.attributes["orig"], m.attributes["reason"]) for m in dead] == [
         (b"r-2", queue, "rejected by a consumer")
     ]
+
+
+async def test_bad_records_and_bad_acknowledgements_are_refused_clearly_and_lose_nothing(
+    one_mm: LocalCluster,
+) -> None:
+    """A queue hands out records one by one, so a PRODUCE whose blob does not hold the records it
+    announces is refused (nothing stored); an ACK naming records outside its delivery is refused
+    and the message stays outstanding."""
+    queue = "queue:badinput"
+    conn, _ = await connect(one_mm.bootstrap)
+    runner = asyncio.create_task(conn.run())
+    try:
+        opened = await conn.request({"t": FrameType.OPEN_PRODUCER, "ptype": "fixed", "key": "bad"})
+        frame = {"t": FrameType.PRODUCE, "p": opened["partition"], "d": queue, "f": 0, "x": 0}
+        good = msgpack.packb([[b"ok", None, None, 0]])
+        for blob, n in ((b"\xc1\xc1", 1), (good, 2), (msgpack.packb({"k": 1}), 1)):
+            with pytest.raises(RemoteError) as refused:
+                await conn.request({**frame, "n": n, "b": blob})
+            assert refused.value.code == ErrorCode.INVALID_REQUEST and "records" in refused.value.msg
+        await conn.request({**frame, "n": 1, "b": good})
+    finally:
+        conn.close()
+        runner.cancel()
+
+    async with await Consumer.connect(one_mm.bootstrap, queue, auto_ack=False) as c:
+        m = await c.receive(timeout=10)
+        assert isinstance(m, Message) and m.value == b"ok"
+        ack = {"t": FrameType.ACK, "s": c.sub, "p": m.partition, "o": m.batch_base, "rd": 0}
+        with pytest.raises(RemoteError) as bad:
+            await c.session.conn.request({**ack, "a": "all"})
+        assert bad.value.code == ErrorCode.INVALID_REQUEST
+        with pytest.raises(RemoteError) as outside:
+            await c.session.conn.request({**ack, "a": [m.offset + 1, m.offset + 1]})
+        assert outside.value.code == ErrorCode.STALE_DELIVERY
+        confirmed = c.ack(m)  # still outstanding: acknowledged now
+        assert confirmed is not None
+        await confirmed
+    async with await Consumer.connect(one_mm.bootstrap, queue) as again:
+        with pytest.raises(TimeoutError):
+            await again.receive(timeout=1.5)
