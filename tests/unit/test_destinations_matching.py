@@ -6,6 +6,7 @@ from types import SimpleNamespace
 
 from hybridmq.broker.destinations.delivery import ConsumerLink, DeliveryState, pop_redelivery
 from hybridmq.broker.destinations.matching import make_matcher
+from hybridmq.broker.destinations.ranges import RangeSet
 
 
 def test_exact_glob_regex() -> None:
@@ -78,3 +79,20 @@ def test_snapshot_restore_skips_acked_batches() -> None:
     t = DeliveryState("q:queue:y", make_matcher("queue:y"), 0, True, False)
     t.restore(*snap)
     assert t.next_offset == 0 and list(t.acked) == [(5, 5)]
+
+
+def test_range_set_merges_splits_and_finds_gaps() -> None:
+    acked = RangeSet()
+    for first, last in ((5, 5), (7, 9), (6, 6), (20, 25), (1, 2)):
+        acked.add(first, last)
+    assert list(acked) == [(1, 2), (5, 9), (20, 25)]  # 5..9 merged from three adds
+    assert acked.count() == 2 + 5 + 6
+    assert 7 in acked and 10 not in acked and 0 not in acked
+    assert acked.next_missing(5) == 10 and acked.next_missing(3) == 3
+    assert acked.missing_until(10, 100) == 19 and acked.missing_until(26, 100) == 100
+    assert acked.covers(5, 9) and not acked.covers(5, 10)
+    assert not acked.remove(8, 12)  # not all of it is there: nothing changes
+    assert acked.remove(6, 7) and list(acked) == [(1, 2), (5, 5), (8, 9), (20, 25)]
+    acked.drop_below(9)
+    assert list(acked) == [(8, 9), (20, 25)]
+    assert acked.to_tuple(10) == ((20, 25),)

@@ -51,8 +51,9 @@ def record_spans(blob: bytes) -> list[int]:
 
 
 def split_spans(blob: bytes, n: int) -> list[int]:
-    """``record_spans`` of a stored batch of ``n`` records; one that cannot be split (a blob stored
-    before queues checked them at produce) is one unit, its bytes on its first record."""
+    """``record_spans`` of a stored batch of ``n`` records; one whose records cannot be located
+    (its array header was right, a record is not) is one unit: ``[0, size, size, ...]``, all its
+    bytes on its first record (a real records blob starts after a header, never at 0)."""
     try:
         spans = record_spans(blob)
     except Exception:

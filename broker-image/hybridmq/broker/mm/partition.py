@@ -46,6 +46,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+import msgpack
+
 from hybridmq.api.frames import (
     DMQ_DESTINATION,
     BatchFlag,
@@ -54,7 +56,7 @@ from hybridmq.api.frames import (
     error_frame,
     is_reserved,
 )
-from hybridmq.broker.destinations.batch_payload import StoredBatch, record_spans, slice_records, split_spans
+from hybridmq.broker.destinations.batch_payload import StoredBatch, slice_records, split_spans
 from hybridmq.broker.destinations.delivery import ConsumerLink, DeliveryState, pop_redelivery
 from hybridmq.broker.destinations.matching import make_matcher
 from hybridmq.broker.flow import BacklogGate
@@ -510,7 +512,7 @@ class PartitionHost:
                 owner = state.stream_owner(stream)
                 if owner is not None:
                     links = [owner]  # a stream's chunks all go to one consumer
-                fitted = self._fit(links, batch, first, last)
+                fitted = self._fit(links, batch, first, last, [owner] if owner is not None else state.links)
                 if fitted is None:  # no link has room for the next record: it waits
                     if again:
                         heapq.heappush(state.redeliver, (first, last))
@@ -552,35 +554,49 @@ class PartitionHost:
         return sent
 
     def _fit(
-        self, links: list[ConsumerLink], batch: StoredBatch, first: int, last: int
+        self,
+        links: list[ConsumerLink],
+        batch: StoredBatch,
+        first: int,
+        last: int,
+        everyone: list[ConsumerLink],
     ) -> tuple[ConsumerLink, int, bytes, int] | None:
-        """The first of ``links`` with room for a record of ``first`` .. ``last``: (link, last
-        offset it takes, the records blob, its records' bytes). A whole batch that fits goes as it
-        was stored, without looking into it."""
-        whole = first == batch.base and last == batch.next_offset - 1
-        if whole and batch.flags & BatchFlag.CHUNK:
-            sizes = [len(batch.blob)]  # one record: the chunk's bytes
-        elif whole:
-            body = len(batch.blob) - _array_header_len(batch.blob)
-            for link in links:
-                if batch.n <= link.window - link.inflight and body <= link.window_bytes - link.inflight_bytes:
-                    return link, last, batch.blob, body
-            sizes = []
+        """The first of ``links`` with room for records of ``first`` .. ``last``: (link, last
+        offset it takes, the records blob, its records' bytes), None to wait for room.
+
+        The run goes whole to a link with room for all of it; while one of ``everyone`` could
+        take it whole once its window refills, it waits for that (a whole batch goes as it was
+        stored, without looking into it: what topics get). Only a run bigger than every window
+        is split, into the records a link has room for (a queue's consumers share it)."""
+        chunk = bool(batch.flags & BatchFlag.CHUNK)
+        spans: list[int] | None = None
+        if first == batch.base and last == batch.next_offset - 1:
+            size = len(batch.blob) if chunk else len(batch.blob) - _array_header_len(batch.blob)
         else:
-            sizes = []
-        if not sizes:
             spans = self._record_spans(batch)
-            i, j = first - batch.base, last - batch.base + 1
-            sizes = [b - a for a, b in zip(spans[i:j], spans[i + 1 : j + 1], strict=True)]
+            size = spans[last - batch.base + 1] - spans[first - batch.base]
+        count = last - first + 1
+        for link in links:
+            if count <= link.window - link.inflight and size <= link.window_bytes - link.inflight_bytes:
+                blob = batch.blob if spans is None else self._slice(batch, spans, first, last)
+                return link, last, blob, size
+        if any(count <= link.window and size <= link.window_bytes for link in everyone):
+            return None
+        spans = spans or (None if chunk else self._record_spans(batch))
+        if spans is None or spans[0] == 0:  # one record bigger than the window, or a batch whose
+            # records cannot be located: whole, to a consumer holding nothing
+            empty = next((lk for lk in links if lk.fits([size])), None)
+            return None if empty is None else (empty, last, batch.blob, size)
+        i, j = first - batch.base, last - batch.base + 1
+        sizes = [b - a for a, b in itertools.pairwise(spans[i : j + 1])]
         for link in links:
             n = link.fits(sizes)
             if n:
-                if batch.flags & BatchFlag.CHUNK:
-                    return link, last, batch.blob, sizes[0]
-                spans = self._record_spans(batch)
-                i = first - batch.base
-                return link, first + n - 1, slice_records(batch.blob, spans, i, i + n), sum(sizes[:n])
+                return link, first + n - 1, self._slice(batch, spans, first, first + n - 1), sum(sizes[:n])
         return None
+
+    def _slice(self, batch: StoredBatch, spans: list[int], first: int, last: int) -> bytes:
+        return slice_records(batch.blob, spans, first - batch.base, last - batch.base + 1)
 
     def _record_spans(self, batch: StoredBatch) -> list[int]:
         spans = self._spans.get(batch.base)
@@ -797,11 +813,15 @@ def _outstanding(state: DeliveryState, link: ConsumerLink, frame: dict[str, Any]
 
 
 def _check_records(blob: bytes, count: int) -> None:
-    """The records blob holds ``count`` records (ValueError, a clear INVALID_REQUEST, if not)."""
+    """The records blob is an array of ``count`` records (ValueError, a clear INVALID_REQUEST, if
+    not). Only its header is read: a blob whose records cannot be located later is handed out
+    whole (``split_spans``)."""
+    unpacker = msgpack.Unpacker()
+    unpacker.feed(blob[:5])
     try:
-        held = len(record_spans(blob)) - 1
-    except Exception as exc:
-        raise ValueError(f"records blob is not a msgpack array of records: {exc}") from None
+        held = unpacker.read_array_header()
+    except Exception:
+        raise ValueError("records blob is not a msgpack array of records") from None
     if held != count:
         raise ValueError(f"records blob holds {held} records, the batch says {count}")
 
