@@ -115,6 +115,9 @@ class Consumer(SessionClient):
         # auto_ack=False: (partition, offset, rd) of messages not acknowledged -> their delivery's start
         self._unacked: dict[tuple[str, int, int], int] = {}
         self._acks: set[asyncio.Future[Any]] = set()  # acknowledgements not confirmed yet
+        # ack() calls of this loop iteration, per delivery (partition, start, rd): (offset, future);
+        # sent together, one ACK per run of consecutive messages
+        self._ack_runs: dict[tuple[str, int, int], list[tuple[int, asyncio.Future[Any]]]] = {}
         self._refused_acks = 0
         self._refused_streams: set[str] = set()
         self.chunk_timeout_s = 300.0  # a stream being read that gets no next chunk: StreamError
@@ -239,9 +242,10 @@ class Consumer(SessionClient):
         nack: bool = False,
         records: tuple[int, int] | None = None,
         requeue: bool = True,
+        track: bool = True,
     ) -> asyncio.Future[Any] | None:
         """ACK (or NACK) the delivery ``frame`` (p, o, rd): ``records`` ``(first, last)`` of it, or
-        all it has left; the future is its confirmation."""
+        all it has left; the future is its confirmation (``track``: ``commit`` waits for it)."""
         conn = self.session.conn
         if conn.closed:
             return None  # redelivered after the failover, then dropped as handed out and acked
@@ -260,7 +264,7 @@ class Consumer(SessionClient):
             fut = conn.request_nowait(ack)
         except ConnectionClosed:
             return None
-        if not nack or not requeue:
+        if track and (not nack or not requeue):
             self._acks.add(fut)
             fut.add_done_callback(self._ack_done)
         else:
@@ -279,12 +283,60 @@ class Consumer(SessionClient):
         """Acknowledge one message (``auto_ack=False``).
 
         Returns its confirmation (a future: done once the acknowledgement is committed, failed
-        when it was not, then the message is redelivered); None when it is not outstanding."""
+        when it was not, then the message is redelivered); None when it is not outstanding. The
+        acknowledgements of one loop iteration go out together, one ACK per run of consecutive
+        messages of a delivery."""
         k = (message.partition, message.offset, message.delivery_count - 1)
-        start = self._unacked.pop(k, None)
-        if start is None:
-            return None
-        return self._send_ack({"p": k[0], "o": start, "rd": k[2]}, records=(k[1], k[1]))
+        start = self._unacked.get(k)
+        if start is None or self.session.conn.closed:
+            return None  # closed: redelivered after the failover, then dropped as handed out and acked
+        del self._unacked[k]
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._acks.add(fut)
+        fut.add_done_callback(self._ack_done)
+        if not self._ack_runs:
+            asyncio.get_running_loop().call_soon(self._flush_acks)
+        self._ack_runs.setdefault((k[0], start, k[2]), []).append((k[1], fut))
+        return fut
+
+    def _flush_acks(self) -> None:
+        runs, self._ack_runs = self._ack_runs, {}
+        for (partition, start, rd), acked in runs.items():
+            acked.sort(key=lambda item: item[0])
+            run = [acked[0]]
+            for item in acked[1:]:
+                if item[0] != run[-1][0] + 1:
+                    self._send_run(partition, start, rd, run)
+                    run = []
+                run.append(item)
+            self._send_run(partition, start, rd, run)
+
+    def _send_run(
+        self, partition: str, start: int, rd: int, run: list[tuple[int, asyncio.Future[Any]]]
+    ) -> None:
+        """One ACK for consecutive messages; its answer confirms (or fails) each one's future."""
+        futs = [fut for _, fut in run]
+        sent = self._send_ack(
+            {"p": partition, "o": start, "rd": rd}, records=(run[0][0], run[-1][0]), track=False
+        )
+
+        def answered(answer: asyncio.Future[Any] | None) -> None:
+            failed = answer is None or answer.cancelled() or answer.exception() is not None
+            for fut in futs:
+                if fut.done():
+                    continue
+                if failed:
+                    fut.set_exception(
+                        (answer.exception() if answer is not None and not answer.cancelled() else None)
+                        or ConnectionError("the acknowledgement could not be sent")
+                    )
+                else:
+                    fut.set_result(answer.result())  # type: ignore[union-attr]
+
+        if sent is None:
+            answered(None)
+        else:
+            sent.add_done_callback(answered)
 
     def nack(self, message: Message, requeue: bool = True) -> asyncio.Future[Any] | None:
         """Give one message back (``auto_ack=False``): redelivered, to any consumer, flagged; with
@@ -304,6 +356,7 @@ class Consumer(SessionClient):
         not (their messages are redelivered, flagged)."""
         if self.auto_ack and not self._current:
             self._finish_current()
+        self._flush_acks()
         if self._acks:
             await asyncio.wait(list(self._acks))
         refused, self._refused_acks = self._refused_acks, 0
@@ -429,6 +482,7 @@ class Consumer(SessionClient):
         if not conn.closed:
             if not self._current:
                 self._finish_current()
+            self._flush_acks()  # before the UNSUBSCRIBE gives back what they acknowledge
             try:
                 await asyncio.wait_for(conn.request({"t": FrameType.UNSUBSCRIBE, "s": self.sub}), 5)
             except Exception:
