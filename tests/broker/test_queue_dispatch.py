@@ -15,7 +15,7 @@ import msgpack
 import pytest
 
 from hybridmq.api.frames import ErrorCode, FrameType
-from hybridmq.client import Consumer, Message, Producer
+from hybridmq.client import BlockingConsumer, Consumer, Message, Producer
 from hybridmq.client.connection import connect
 from hybridmq.local.runner import LocalCluster
 from hybridmq.protocol import RemoteError
@@ -232,3 +232,26 @@ async def test_bad_records_and_bad_acknowledgements_are_refused_clearly_and_lose
     async with await Consumer.connect(one_mm.bootstrap, queue) as again:
         with pytest.raises(TimeoutError):
             await again.receive(timeout=1.5)
+
+
+async def test_blocking_consumer_acknowledges_and_rejects_per_message(one_mm: LocalCluster) -> None:
+    """The synchronous client: of one delivered batch, one message is acknowledged and one rejected;
+    only the rejected one reaches ``queue:_DMQ``, nothing comes back to the queue."""
+    queue = "queue:blocking"
+    async with await Producer.connect(one_mm.bootstrap, linger_ms=50) as p:
+        await asyncio.gather(p.send(queue, b"good"), p.send(queue, b"bad"))
+    with BlockingConsumer(one_mm.bootstrap, queue, auto_ack=False) as c:
+        got = {}
+        for _ in range(2):
+            m = c.receive(timeout=10)
+            assert isinstance(m, Message)
+            got[m.value] = m
+        assert got[b"good"].batch_base == got[b"bad"].batch_base  # one delivery
+        c.ack(got[b"good"])
+        c.nack(got[b"bad"], requeue=False)
+        c.commit()  # both committed
+    async with await Consumer.connect(one_mm.bootstrap, queue) as again:
+        with pytest.raises(TimeoutError):
+            await again.receive(timeout=1.5)
+    dead = await _dmq_messages(one_mm.bootstrap, 1)
+    assert [(m.value, m.attributes["orig"]) for m in dead] == [(b"bad", queue)]
