@@ -615,7 +615,10 @@ class PartitionHost:
                 first, last = run
                 batch = self.storage.batch_at(first)
                 if batch is None or batch.base > first:  # deleted meanwhile
-                    state.mark_acked(first, last if batch is None else min(last, batch.base - 1))
+                    gone = last if batch is None else min(last, batch.base - 1)
+                    state.mark_acked(first, gone)
+                    if gone < last:
+                        heapq.heappush(state.redeliver, (gone + 1, last))
                     continue
                 if last >= batch.next_offset:
                     heapq.heappush(state.redeliver, (batch.next_offset, last))
