@@ -42,17 +42,23 @@ SUBSCRIBE          client->CM: c, s (client subscription id), d (destination or 
                    acl (the user's consume grants, ACL globs; nil = no ACLs): the MM matches only
                    destinations inside them
 UNSUBSCRIBE        c, s
-DELIVER            MM->CM->client: s, p, d, o (base offset), n, b, f, rd (delivery count - 1;
+DELIVER            MM->CM->client: s, p, d, o (offset of its first record), n (records), b
+                   (records blob: n consecutive records of one stored batch, at most what the
+                   consumer's window has room for), f, rd (delivery count - 1 of these records;
                    > 0: a redelivery; queues and durable subscriptions count across failovers),
                    xa (extra attributes: chunk info, DMQ origin and reason)
-ACK                client->CM->MM: s, p, o (base offset of the delivered batch), rd? (the
-                   DELIVER's rd: which hand-out is acknowledged), c? ; CM->MM adds e (partition
-                   epoch; the MM refuses acks of an older epoch). With c: OK {r} once the
-                   acknowledgement is committed (replicated: never delivered again), or ERROR
-                   STALE_DELIVERY (that hand-out is not outstanding: it is or was redelivered).
-                   Without c no reply.
-NACK               client->CM->MM: s, p, o, rd? — give the batch back for redelivery. No reply
-                   (with c: OK, or ERROR STALE_DELIVERY).
+ACK                client->CM->MM: s, p, o (the DELIVER's o: which delivery), a? ([first, last]
+                   offsets of the records acknowledged; without it all the delivery has left),
+                   rd? (the DELIVER's rd: which hand-out is acknowledged), c? ; CM->MM adds e
+                   (partition epoch; the MM refuses acks of an older epoch). With c: OK {r} once
+                   the acknowledgement is committed (replicated: never delivered again), ERROR
+                   STALE_DELIVERY (those records are not outstanding in that hand-out: they are
+                   or were redelivered, or were acknowledged), or ERROR INVALID_REQUEST (a
+                   malformed a). Without c no reply.
+NACK               client->CM->MM: s, p, o, a?, rd?, rq? — give the records back for redelivery;
+                   rq false (queues): reject them, they move to queue:_DMQ (reason "rejected by
+                   a consumer"). No reply without c; with c: OK (a rejection once committed), or
+                   ERROR STALE_DELIVERY / INVALID_REQUEST.
 ADMIN              client->CM: c, cmd, args -> one or more ADMIN_PART {r, i, of, data};
                    a composite reply says how many parts (``of``) to expect.
 DIRECTORY          client->CM: c, next? (application name) -> OK {r, brokers: [BrokerEntry dicts],

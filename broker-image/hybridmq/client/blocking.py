@@ -77,6 +77,10 @@ class BlockingConsumer:
     def ack(self, message: Message) -> None:
         self._lt.loop.call_soon_threadsafe(self._c.ack, message)
 
+    def nack(self, message: Message, requeue: bool = True) -> None:
+        """Give the message back, or reject it for good (``Consumer.nack``)."""
+        self._lt.loop.call_soon_threadsafe(self._c.nack, message, requeue)
+
     def commit(self, timeout: float | None = 30) -> None:
         """Wait until every acknowledgement sent so far is committed (``Consumer.commit``)."""
         self._lt.run(self._c.commit(), timeout)

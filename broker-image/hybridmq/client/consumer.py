@@ -1,12 +1,14 @@
 """Asyncio consumer: one subscription per consumer, batches in, messages out.
 
-The CM relays DELIVER frames (whole stored batches) from every MM; the consumer unpacks them and
-yields ``Message``s. Acknowledgement is per delivered batch: with ``auto_ack`` (default) a batch is
-acknowledged when the application asks for the message after its last one (i.e. it processed the
-batch); with ``auto_ack=False`` call ``ack(msg)`` for each message and the batch is acknowledged
-when all its messages are. Un-acknowledged queue batches are redelivered to another consumer when
-this one goes away. ``window``/``window_bytes`` are the credit (unacknowledged records/bytes) the
-MMs may push before they wait for acks - the end-to-end flow control.
+The CM relays DELIVER frames from every MM, each a run of records of one stored batch (a queue
+shares a batch's records out among its consumers); the consumer unpacks them and yields
+``Message``s. Acknowledgement is per message: with ``auto_ack`` (default) a delivery is
+acknowledged when the application asks for the message after its last one (i.e. it processed them);
+with ``auto_ack=False`` call ``ack(msg)`` for each message, or ``nack(msg)`` to give it back for
+redelivery (``requeue=False``: reject it, a queue moves it to ``queue:_DMQ``). Un-acknowledged
+queue messages are redelivered, to any consumer, when this one goes away. ``window``/
+``window_bytes`` are the credit (unacknowledged records/bytes) the MMs may push before they wait for
+acks - the end-to-end flow control; the consumer never holds more than its window.
 
 Acknowledgements are confirmed: the MM answers an ACK once it is committed (replicated with the
 partition), and a confirmed acknowledgement is never undone, not even by a failover: its batch is not
@@ -110,8 +112,12 @@ class Consumer(SessionClient):
         self._stash: deque[dict[str, Any]] = deque()
         self._current: deque[Message] = deque()
         self._current_frame: dict[str, Any] | None = None
-        self._unacked: dict[tuple[str, int, int], int] = {}  # (partition, base, rd) -> messages left
+        # auto_ack=False: (partition, offset, rd) of messages not acknowledged -> their delivery's start
+        self._unacked: dict[tuple[str, int, int], int] = {}
         self._acks: set[asyncio.Future[Any]] = set()  # acknowledgements not confirmed yet
+        # ack() calls of this loop iteration, per delivery (partition, start, rd): (offset, future);
+        # sent together, one ACK per run of consecutive messages
+        self._ack_runs: dict[tuple[str, int, int], list[tuple[int, asyncio.Future[Any]]]] = {}
         self._refused_acks = 0
         self._refused_streams: set[str] = set()
         self.chunk_timeout_s = 300.0  # a stream being read that gets no next chunk: StreamError
@@ -171,11 +177,7 @@ class Consumer(SessionClient):
         while not self._frames.empty():
             self._frames.get_nowait()
         self._stash.clear()
-        current = self._current_frame
-        if current is not None and self._current:
-            self._current.clear()
-            self._current_frame = None
-            self._unacked.pop((current["p"], current["o"], int(current.get("rd", 0))), None)
+        self._drop_current()
         self._frames.put_nowait(None)  # wakes a waiting receive: it waits on, or raises if ended
 
     async def restore(self, conn: Connection) -> None:
@@ -219,15 +221,31 @@ class Consumer(SessionClient):
             if not self._is_revoked(frame):
                 self._frames.put_nowait(frame)
         self._stash = deque(f for f in self._stash if not self._is_revoked(f))
+        if self._is_revoked(self._current_frame):
+            self._drop_current()  # the rest of a revoked delivery: it comes again
+
+    def _drop_current(self) -> None:
+        """Forget the messages of the current delivery not handed to the application yet."""
         current = self._current_frame
-        if current is not None and self._current and self._is_revoked(current):
-            self._current.clear()  # the rest of a revoked batch: it comes again whole
-            self._current_frame = None
-            self._unacked.pop((current["p"], current["o"], int(current.get("rd", 0))), None)
+        if current is None or not self._current:
+            return
+        rd = int(current.get("rd", 0))
+        for m in self._current:
+            self._unacked.pop((m.partition, m.offset, rd), None)
+        self._current.clear()
+        self._current_frame = None
 
     # -- acks ------------------------------------------------------------------------------------
-    def _send_ack(self, frame: dict[str, Any], nack: bool = False) -> asyncio.Future[Any] | None:
-        """ACK (or NACK) the delivery ``frame`` (p, o, rd); the future is its confirmation."""
+    def _send_ack(
+        self,
+        frame: dict[str, Any],
+        nack: bool = False,
+        records: tuple[int, int] | None = None,
+        requeue: bool = True,
+        track: bool = True,
+    ) -> asyncio.Future[Any] | None:
+        """ACK (or NACK) the delivery ``frame`` (p, o, rd): ``records`` ``(first, last)`` of it, or
+        all it has left; the future is its confirmation (``track``: ``commit`` waits for it)."""
         conn = self.session.conn
         if conn.closed:
             return None  # redelivered after the failover, then dropped as handed out and acked
@@ -238,11 +256,15 @@ class Consumer(SessionClient):
             "o": frame["o"],
             "rd": int(frame.get("rd", 0)),
         }
+        if records is not None:
+            ack["a"] = list(records)
+        if not requeue:
+            ack["rq"] = False
         try:
             fut = conn.request_nowait(ack)
         except ConnectionClosed:
             return None
-        if not nack:
+        if track and (not nack or not requeue):
             self._acks.add(fut)
             fut.add_done_callback(self._ack_done)
         else:
@@ -258,39 +280,90 @@ class Consumer(SessionClient):
             self.acks_confirmed += 1
 
     def ack(self, message: Message) -> asyncio.Future[Any] | None:
-        """Acknowledge one message (``auto_ack=False``); its batch is acked when all its are.
+        """Acknowledge one message (``auto_ack=False``).
 
-        Returns the batch's confirmation when this call completed it (a future: done once the
-        acknowledgement is committed, failed when it was not, then the batch is redelivered)."""
-        k = (message.partition, message.batch_base, message.delivery_count - 1)
-        left = self._unacked.get(k)
-        if left is None:
+        Returns its confirmation (a future: done once the acknowledgement is committed, failed
+        when it was not, then the message is redelivered); None when it is not outstanding. The
+        acknowledgements of one loop iteration go out together, one ACK per run of consecutive
+        messages of a delivery."""
+        k = (message.partition, message.offset, message.delivery_count - 1)
+        start = self._unacked.get(k)
+        if start is None or self.session.conn.closed:
+            return None  # closed: redelivered after the failover, then dropped as handed out and acked
+        del self._unacked[k]
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._acks.add(fut)
+        fut.add_done_callback(self._ack_done)
+        if not self._ack_runs:
+            asyncio.get_running_loop().call_soon(self._flush_acks)
+        self._ack_runs.setdefault((k[0], start, k[2]), []).append((k[1], fut))
+        return fut
+
+    def _flush_acks(self) -> None:
+        runs, self._ack_runs = self._ack_runs, {}
+        for (partition, start, rd), acked in runs.items():
+            acked.sort(key=lambda item: item[0])
+            run = [acked[0]]
+            for item in acked[1:]:
+                if item[0] != run[-1][0] + 1:
+                    self._send_run(partition, start, rd, run)
+                    run = []
+                run.append(item)
+            self._send_run(partition, start, rd, run)
+
+    def _send_run(
+        self, partition: str, start: int, rd: int, run: list[tuple[int, asyncio.Future[Any]]]
+    ) -> None:
+        """One ACK for consecutive messages; its answer confirms (or fails) each one's future."""
+        futs = [fut for _, fut in run]
+        sent = self._send_ack(
+            {"p": partition, "o": start, "rd": rd}, records=(run[0][0], run[-1][0]), track=False
+        )
+
+        def answered(answer: asyncio.Future[Any] | None) -> None:
+            failed = answer is None or answer.cancelled() or answer.exception() is not None
+            for fut in futs:
+                if fut.done():
+                    continue
+                if failed:
+                    fut.set_exception(
+                        (answer.exception() if answer is not None and not answer.cancelled() else None)
+                        or ConnectionError("the acknowledgement could not be sent")
+                    )
+                else:
+                    fut.set_result(answer.result())  # type: ignore[union-attr]
+
+        if sent is None:
+            answered(None)
+        else:
+            sent.add_done_callback(answered)
+
+    def nack(self, message: Message, requeue: bool = True) -> asyncio.Future[Any] | None:
+        """Give one message back (``auto_ack=False``): redelivered, to any consumer, flagged; with
+        ``requeue=False`` rejected for good: a queue moves it to ``queue:_DMQ`` (a topic's durable
+        subscription redelivers it). A rejection's future is confirmed like an acknowledgement."""
+        k = (message.partition, message.offset, message.delivery_count - 1)
+        start = self._unacked.pop(k, None)
+        if start is None:
             return None
-        if left <= 1:
-            del self._unacked[k]
-            return self._send_ack({"p": k[0], "o": k[1], "rd": k[2]})
-        self._unacked[k] = left - 1
-        return None
-
-    def nack(self, message: Message) -> None:
-        """Give the message's whole batch back for redelivery (queues)."""
-        k = (message.partition, message.batch_base, message.delivery_count - 1)
-        if self._unacked.pop(k, None) is not None:
-            self._send_ack({"p": k[0], "o": k[1], "rd": k[2]}, nack=True)
+        return self._send_ack(
+            {"p": k[0], "o": start, "rd": k[2]}, nack=True, records=(k[1], k[1]), requeue=requeue
+        )
 
     async def commit(self) -> None:
-        """Wait until every acknowledgement sent so far is confirmed (auto_ack: the batch whose
+        """Wait until every acknowledgement sent so far is confirmed (auto_ack: the delivery whose
         messages were all received is acknowledged first). Raises ``ClientError`` when some were
-        not (their batches are redelivered, flagged)."""
+        not (their messages are redelivered, flagged)."""
         if self.auto_ack and not self._current:
             self._finish_current()
+        self._flush_acks()
         if self._acks:
             await asyncio.wait(list(self._acks))
         refused, self._refused_acks = self._refused_acks, 0
         if refused:
             raise ClientError(
                 ErrorCode.STALE_DELIVERY,
-                f"{refused} acknowledgements were not committed; their batches are redelivered",
+                f"{refused} acknowledgements were not committed; their messages are redelivered",
             )
 
     def _refuse_stream(self, frame: dict[str, Any]) -> None:
@@ -354,9 +427,13 @@ class Consumer(SessionClient):
                 self._current_frame = None
                 return
             if len(fresh) < len(self._current):
+                if not self.auto_ack:  # the application will not ack these again: done here
+                    for m in self._current:
+                        if (p, m.offset) in self._handed:
+                            self._send_ack(frame, records=(m.offset, m.offset))
                 self._current = deque(fresh)
         if not self.auto_ack:
-            self._unacked[(p, base, rd)] = len(self._current)
+            self._unacked.update(((p, m.offset, rd), base) for m in self._current)
 
     async def receive(self, timeout: float | None = None) -> Message | StreamMessage:  # noqa: ASYNC109
         """The next message (raises TimeoutError after ``timeout`` seconds)."""
@@ -405,6 +482,7 @@ class Consumer(SessionClient):
         if not conn.closed:
             if not self._current:
                 self._finish_current()
+            self._flush_acks()  # before the UNSUBSCRIBE gives back what they acknowledge
             try:
                 await asyncio.wait_for(conn.request({"t": FrameType.UNSUBSCRIBE, "s": self.sub}), 5)
             except Exception:

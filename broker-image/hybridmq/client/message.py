@@ -25,9 +25,9 @@ class Message:
     offset: int
     redelivered: bool = False
     attributes: dict[str, Any] = field(default_factory=dict)
-    batch_base: int = -1
-    # How often its batch has been handed out, this time included (> 1: ``redelivered``; queues
-    # and durable subscriptions count across failovers and consumer crashes).
+    batch_base: int = -1  # the first offset of the delivery that brought it
+    # How often it has been handed out, this time included (> 1: ``redelivered``; queues and
+    # durable subscriptions count across failovers and consumer crashes).
     delivery_count: int = 1
 
     @property

@@ -68,12 +68,18 @@ class AckRanges(ControlRecord):
 
 @dataclass(frozen=True, slots=True)
 class Redelivery(ControlRecord):
-    """A record was handed out again (``attempt``); past the maximum it goes to ``_DMQ``."""
+    """``count`` records from ``offset`` were handed out again (``attempt``); past the maximum a
+    record goes to ``_DMQ``. ``count`` 1 is left off the wire (the record as it was before)."""
 
     TYPE: ClassVar[int] = 3
     subscription: str
     offset: int
     attempt: int
+    count: int = 1
+
+    def to_wire(self) -> list[Any]:
+        wire = [self.TYPE, self.subscription, self.offset, self.attempt]
+        return wire if self.count == 1 else [*wire, self.count]
 
 
 @dataclass(frozen=True, slots=True)

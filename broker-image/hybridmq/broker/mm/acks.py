@@ -1,8 +1,10 @@
 """ACK and NACK frames from a CM (``MessageManager._handle`` hands them here).
 
-An ACK names the batch (``p``, ``o``), the subscription (``s``), the partition epoch the CM routed
-it under (``e``) and, from current clients, the delivery it acknowledges (``rd``, the DELIVER's
-delivery count - 1) and a correlation id (``c``). With ``c`` it is answered: ``OK`` once the
+An ACK names the delivery (``p``, ``o``: its first offset), the subscription (``s``), the partition
+epoch the CM routed it under (``e``) and, from current clients, the hand-out it acknowledges (``rd``,
+the DELIVER's delivery count - 1), the records of it (``a`` = ``[first, last]``; without it all the
+delivery has left) and a correlation id (``c``). A NACK gives the records back for redelivery, or
+with ``rq`` false rejects them for good: they go to ``_DMQ``. With ``c`` it is answered: ``OK`` once the
 acknowledgement is committed (it survives a failover; the batch is never delivered again), or
 ``ERROR STALE_DELIVERY`` when that delivery is not outstanding here (already acknowledged, given
 back, or delivered again since, e.g. by a new primary after a failover): the batch is then
@@ -27,17 +29,47 @@ def handle(mm: MessageManager, conn: Connection, frame: dict[str, Any]) -> None:
     host = mm.hosts.get(frame.get("p", ""))
     rd = frame.get("rd")
     attempt = int(rd) + 1 if rd is not None else None
+    try:
+        first, last = _records(frame)
+    except (TypeError, ValueError) as exc:
+        if answer:
+            conn.reply_error(frame, ErrorCode.INVALID_REQUEST, f"bad {'NACK' if nack else 'ACK'}: {exc}")
+        return
+    requeue = bool(frame.get("rq", True))
     if link is None or host is None:
         why = f"no subscription {frame['s']!r} on {frame.get('p')!r} here"
     elif int(frame.get("e", host.epoch)) < host.epoch:
         # routed under an older epoch: the cursor moved on without it
         why = f"epoch {frame.get('e')} < {host.epoch} of {host.name}"
-    elif host.ack(link, int(frame["o"]), nack, attempt, (conn, frame) if answer and not nack else None):
+    elif host.ack(
+        link,
+        int(frame["o"]),
+        nack,
+        attempt,
+        (conn, frame) if answer and not (nack and requeue) else None,
+        first,
+        last,
+        requeue,
+    ):
         mm.wake()
-        if answer and nack:
+        if answer and nack and requeue:
             conn.reply(frame, {"t": FrameType.OK})
         return
     else:
-        why = f"delivery {frame.get('p')}:{frame['o']} (attempt {attempt}) is not outstanding"
+        what = f" records {first}..{last} of" if first is not None else ""
+        why = f"{what} delivery {frame.get('p')}:{frame['o']} (attempt {attempt}) is not outstanding"
     if answer:
         conn.reply_error(frame, ErrorCode.STALE_DELIVERY, why)
+
+
+def _records(frame: dict[str, Any]) -> tuple[int | None, int | None]:
+    """The ``[first, last]`` records an ACK/NACK names inside its delivery (None: all it has left)."""
+    a = frame.get("a")
+    if a is None:
+        return None, None
+    if not isinstance(a, list | tuple) or len(a) != 2 or not all(type(x) is int for x in a):
+        raise ValueError(f"'a' must be [first, last] offsets, not {a!r}")
+    first, last = a
+    if not int(frame["o"]) <= first <= last:
+        raise ValueError(f"records {first}..{last} are not inside the delivery at {frame['o']}")
+    return first, last

@@ -14,9 +14,12 @@ producers' in-flight windows fill up and ``Producer.try_send`` returns False. Me
 the data is on disk, in flight are only the producers' windows.
 
 Delivery: ``pump`` walks each DeliveryState from its position, skipping batches of other
-destinations, and sends DELIVER frames while the consumer links have credit. Queues redeliver what a
-departed consumer left unacknowledged; after ``max_redeliveries`` or past its expiry a queue batch is
-moved to ``queue:_DMQ`` with its original destination and the reason.
+destinations and acknowledged records, and sends DELIVER frames while the consumer links have credit:
+each a run of records of one stored batch, as many as the link's window has room for (the whole
+batch when it fits, so topics keep getting whole batches; a queue's batch is shared out among its
+consumers). Queues redeliver what a departed consumer left unacknowledged or a NACK gave back, record
+by record; a record past ``max_redeliveries`` or its expiry, or rejected by a consumer, is moved to
+``queue:_DMQ`` alone with its original destination and the reason.
 
 Cursors and delivery counts are control records in the partition log itself, so they recover and
 replicate with the data, and both are committed (flushed and, replicated, covered by the high
@@ -24,10 +27,10 @@ watermark: ``control_waiter``) by one group-commit task, the control committer:
 
 * an acknowledgement is settled at once (the window refills) and *answered* (ACK with a correlation
   id) only once the CursorCommit + AckRanges records holding it are committed: an answered
-  acknowledgement survives a failover, its batch is never delivered again;
+  acknowledgement survives a failover, its records are never delivered again;
 * a delivery to a queue or durable subscription is sent only once the records that count it are
   committed (DeliveredThrough for a first delivery, Redelivery with the attempt for a later one): a
-  new primary knows every batch that was handed out, flags its next delivery ``rd`` > 0 and never
+  new primary knows every record that was handed out, flags its next delivery ``rd`` > 0 and never
   reuses an attempt number, so a late ACK of a hand-out before the failover (ACK ``rd``) cannot
   acknowledge the new one.
 """
@@ -43,6 +46,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+import msgpack
+
 from hybridmq.api.frames import (
     DMQ_DESTINATION,
     BatchFlag,
@@ -51,7 +56,7 @@ from hybridmq.api.frames import (
     error_frame,
     is_reserved,
 )
-from hybridmq.broker.destinations.batch_payload import StoredBatch
+from hybridmq.broker.destinations.batch_payload import StoredBatch, slice_records, split_spans
 from hybridmq.broker.destinations.delivery import ConsumerLink, DeliveryState, pop_redelivery
 from hybridmq.broker.destinations.matching import make_matcher
 from hybridmq.broker.flow import BacklogGate
@@ -157,6 +162,9 @@ class PartitionHost:
         # the MM's own ``topic:_LOG`` events, are nothing a reader must be held for).
         self.readers: dict[str, int] = {}
         self.data_end = 0
+        # Where the records of recently split batches start (base -> ``record_spans``): a queue's
+        # batch is handed out in window-sized runs, found once.
+        self._spans: dict[int, list[int]] = {}
 
     @property
     def epoch(self) -> int:
@@ -165,7 +173,7 @@ class PartitionHost:
     # -- lifecycle -------------------------------------------------------------------------------
     def recover(self) -> None:
         """Rebuild queue and durable cursors from the control records and data in the log."""
-        snaps: dict[str, list[Any]] = {}  # key -> [lw, ack ranges, delivered through, {base: count}]
+        snaps: dict[str, list[Any]] = {}  # key -> [lw, ack ranges, delivered through, {offset: count}]
         for batch in self.storage.scan(0):
             if batch.control:
                 self.storage.note_control(batch.base, batch.n)
@@ -179,7 +187,8 @@ class PartitionHost:
                         snap[2] = max(snap[2], rec.offset)
                     elif isinstance(rec, Redelivery):
                         counts = snaps.setdefault(rec.subscription, [0, (), 0, {}])[3]
-                        counts[rec.offset] = max(counts.get(rec.offset, 0), rec.attempt)
+                        for offset in range(rec.offset, rec.offset + rec.count):
+                            counts[offset] = max(counts.get(offset, 0), rec.attempt)
                     elif isinstance(rec, ReaderCursor):
                         self.readers[rec.reader] = rec.offset
                 continue
@@ -337,6 +346,9 @@ class PartitionHost:
             blob = frame["b"]
             if count < 1 or not isinstance(blob, bytes):
                 raise ValueError("bad count or blob")
+            flags = int(frame.get("f", 0))
+            if dest.startswith("queue:") and not flags & BatchFlag.CHUNK:
+                _check_records(blob, count)  # a queue hands its records out one by one
             pid = frame.get("pid")
             producer_id = int(pid) if pid is not None else -1
             base_sequence = int(frame.get("seq", -1))
@@ -348,7 +360,7 @@ class PartitionHost:
                 count,
                 blob,
                 self.epoch,
-                int(frame.get("f", 0)),
+                flags,
                 int(frame.get("x", 0)),
                 frame.get("xa"),
                 producer_id=producer_id,
@@ -429,29 +441,37 @@ class PartitionHost:
     def ack(
         self,
         link: ConsumerLink,
-        base: int,
+        start: int,
         nack: bool = False,
         attempt: int | None = None,
         reply: tuple[Any, dict[str, Any]] | None = None,
+        first: int | None = None,
+        last: int | None = None,
+        requeue: bool = True,
     ) -> bool:
-        """Settle (or give back) the batch at ``base`` handed to ``link`` (at delivery ``attempt``).
+        """Settle records ``[first, last]`` (default: all left) of the delivery at ``start`` handed
+        to ``link`` (at delivery ``attempt``); with ``nack`` give them back for redelivery, or
+        without ``requeue`` move them to ``_DMQ``.
 
         ``reply`` (connection, ACK frame) is answered once the acknowledgement is committed; False
-        (nothing answered) when the batch is not outstanding on ``link`` at that attempt."""
+        (nothing answered) when the records are not outstanding on ``link`` at that attempt."""
         done = False
         # The link reaches every partition of this MM: only this partition's states count (an
         # offset means nothing in another partition).
         for state in [s for s in link.states if self.states.get(s.key) is s]:
-            p = state.pending.get(base)
+            p = state.pending.get(start)
             if p is not None and p.link is link:
-                if nack:
-                    done = attempt is None or p.attempt == attempt
-                    if done:
-                        state.give_back(base)
+                if nack and not requeue and state.is_queue and p.stream is None:
+                    runs = state.reject(start, first, last, link, attempt)
+                    for f, e in runs or ():
+                        self._reject(state, f, e)
+                    done = runs is not None
+                elif nack:
+                    done = state.give_back(start, first, last, link, attempt)
                 else:
-                    done = state.settle(base, link, attempt)
+                    done = state.settle(start, link, attempt, first, last)
                 break
-            if nack and p is None and state.give_back_stream_of(base, link):
+            if nack and p is None and state.give_back_stream_of(start, link):
                 done = True
                 break
         if self.blocked:
@@ -460,6 +480,17 @@ class PartitionHost:
             self._ack_replies.append(reply)
             self._control_ready.set()
         return done
+
+    def _reject(self, state: DeliveryState, first: int, last: int) -> None:
+        """Records a consumer rejected without requeue go to ``_DMQ`` (they are not outstanding)."""
+        while first <= last:
+            batch = self.storage.batch_at(first)
+            if batch is None or batch.base > first:  # deleted meanwhile: nothing to move
+                state.mark_acked(first, last)
+                return
+            end = min(last, batch.next_offset - 1)
+            self._to_dmq(state, batch, first, end, "rejected by a consumer")
+            first = end + 1
 
     # -- delivery --------------------------------------------------------------------------------
     def pump(self) -> bool:
@@ -470,33 +501,42 @@ class PartitionHost:
             if not state.links:
                 continue
             while True:
-                link = state.pick_link()
-                if link is None:
+                links = state.links_with_credit()
+                if not links:
                     break
                 taken = self._next_for(state, now)
                 if taken is None:
                     break
-                batch, again = taken
+                batch, first, last, again = taken
                 stream = (batch.extra or {}).get("sid") if batch.flags & BatchFlag.CHUNK else None
                 owner = state.stream_owner(stream)
-                if owner is not None and owner is not link:
-                    if not owner.has_credit():  # a stream's chunks all go to one consumer
-                        if again:
-                            heapq.heappush(state.redeliver, batch.base)
-                        else:
-                            state.next_offset = batch.base
-                        break
-                    link = owner
+                if owner is not None:
+                    links = [owner]  # a stream's chunks all go to one consumer
+                fitted = self._fit(links, batch, first, last, [owner] if owner is not None else state.links)
+                if fitted is None:  # no link has room for the next record: it waits
+                    if again:
+                        heapq.heappush(state.redeliver, (first, last))
+                    else:
+                        state.next_offset = first
+                    break
+                link, end, blob, size = fitted
+                if end < last:  # the rest of the run goes to the next link with room
+                    if again:
+                        heapq.heappush(state.redeliver, (end + 1, last))
+                    else:
+                        state.next_offset = end + 1
+                state.picked(link)
                 fin = bool((batch.extra or {}).get("fin")) if stream is not None else False
-                attempt = state.record_delivery(batch.base, batch.n, batch.size, link, stream, fin)
+                count = end - first + 1
+                attempt = state.record_delivery(first, count, size, link, blob, stream, fin)
                 frame = {
                     "t": FrameType.DELIVER,
                     "s": link.key,
                     "p": self.name,
                     "d": batch.dest,
-                    "o": batch.base,
-                    "n": batch.n,
-                    "b": batch.blob,
+                    "o": first,
+                    "n": count,
+                    "b": blob,
                     "f": batch.flags,
                     "rd": attempt - 1,
                     "e": self.epoch,  # a consumer drops it once revoked by a failover
@@ -505,7 +545,7 @@ class PartitionHost:
                 }
                 if state.persistent:  # sent once the records counting it are committed
                     if attempt > 1:
-                        self._redeliveries.append(Redelivery(state.key, batch.base, attempt))
+                        self._redeliveries.append(Redelivery(state.key, first, attempt, count))
                     self._outbox.append((state, link, frame))
                     self._control_ready.set()
                 else:
@@ -513,42 +553,130 @@ class PartitionHost:
                 sent = True
         return sent
 
-    def _next_for(self, state: DeliveryState, now: int) -> tuple[StoredBatch, bool] | None:
-        """The next batch to hand out, and whether it is a redelivery taken from the heap."""
+    def _fit(
+        self,
+        links: list[ConsumerLink],
+        batch: StoredBatch,
+        first: int,
+        last: int,
+        everyone: list[ConsumerLink],
+    ) -> tuple[ConsumerLink, int, bytes, int] | None:
+        """The first of ``links`` with room for records of ``first`` .. ``last``: (link, last
+        offset it takes, the records blob, its records' bytes), None to wait for room.
+
+        The run goes whole to a link with room for all of it; while one of ``everyone`` could
+        take it whole once its window refills, it waits for that (a whole batch goes as it was
+        stored, without looking into it: what topics get). Only a run bigger than every window
+        is split, into the records a link has room for (a queue's consumers share it)."""
+        chunk = bool(batch.flags & BatchFlag.CHUNK)
+        spans: list[int] | None = None
+        if first == batch.base and last == batch.next_offset - 1:
+            size = len(batch.blob) if chunk else len(batch.blob) - _array_header_len(batch.blob)
+        else:
+            spans = self._record_spans(batch)
+            size = spans[last - batch.base + 1] - spans[first - batch.base]
+        count = last - first + 1
+        for link in links:
+            if count <= link.window - link.inflight and size <= link.window_bytes - link.inflight_bytes:
+                blob = batch.blob if spans is None else self._slice(batch, spans, first, last)
+                return link, last, blob, size
+        if any(count <= link.window and size <= link.window_bytes for link in everyone):
+            return None
+        spans = spans or (None if chunk else self._record_spans(batch))
+        if spans is None or spans[0] == 0:  # one record bigger than the window, or a batch whose
+            # records cannot be located: whole, to a consumer holding nothing
+            empty = next((lk for lk in links if lk.fits([size])), None)
+            return None if empty is None else (empty, last, batch.blob, size)
+        i, j = first - batch.base, last - batch.base + 1
+        sizes = [b - a for a, b in itertools.pairwise(spans[i : j + 1])]
+        for link in links:
+            n = link.fits(sizes)
+            if n:
+                return link, first + n - 1, self._slice(batch, spans, first, first + n - 1), sum(sizes[:n])
+        return None
+
+    def _slice(self, batch: StoredBatch, spans: list[int], first: int, last: int) -> bytes:
+        return slice_records(batch.blob, spans, first - batch.base, last - batch.base + 1)
+
+    def _record_spans(self, batch: StoredBatch) -> list[int]:
+        spans = self._spans.get(batch.base)
+        if spans is None:
+            if len(self._spans) >= 256:
+                self._spans.clear()
+            spans = self._spans[batch.base] = split_spans(batch.blob, batch.n)
+        return spans
+
+    def _next_for(self, state: DeliveryState, now: int) -> tuple[StoredBatch, int, int, bool] | None:
+        """The next run of records to hand out (one batch, one delivery count), and whether it
+        was given back before (taken from the heap)."""
         while True:
-            base = pop_redelivery(state) if state.redeliver else None
-            if base is not None:
-                batch = self.storage.batch_at(base)
-                if batch is None or batch.base != base:
-                    state.mark_acked(base, base)
+            run = pop_redelivery(state) if state.redeliver else None
+            if run is not None:
+                first, last = run
+                batch = self.storage.batch_at(first)
+                if batch is None or batch.base > first:  # deleted meanwhile
+                    gone = last if batch is None else min(last, batch.base - 1)
+                    state.mark_acked(first, gone)
+                    if gone < last:
+                        heapq.heappush(state.redeliver, (gone + 1, last))
                     continue
-                if state.times_delivered(base) > self.max_redeliveries:
-                    self._to_dmq(state, batch, f"maximum redeliveries ({self.max_redeliveries}) exceeded")
+                if last >= batch.next_offset:
+                    heapq.heappush(state.redeliver, (batch.next_offset, last))
+                    last = batch.next_offset - 1
+                again = True
+            else:
+                batch = self.storage.batch_at(state.next_offset)
+                if batch is None:
+                    return None
+                first = max(state.next_offset, batch.base)
+                state.next_offset = batch.next_offset
+                if batch.control or not state.matcher(batch.dest):
+                    if not state.pending and not state.redeliver:
+                        state.dirty = state.dirty or state.persistent
                     continue
-                return batch, True
-            batch = self.storage.batch_at(state.next_offset)
-            if batch is None:
-                return None
-            state.next_offset = batch.next_offset
-            if batch.control or batch.base in state.acked or not state.matcher(batch.dest):
-                if not state.pending and not state.redeliver:
-                    state.dirty = state.dirty or state.persistent
-                continue
+                first = state.acked.next_missing(first)
+                if first >= batch.next_offset:
+                    continue
+                last = state.acked.missing_until(first, batch.next_offset - 1)
+                state.next_offset = last + 1
+                again = False
+            end = state.same_count_until(first, last)
+            if end < last:  # records delivered a different number of times: a run of their own
+                if again:
+                    heapq.heappush(state.redeliver, (end + 1, last))
+                else:
+                    state.next_offset = end + 1
+                last = end
             if batch.expiry and batch.expiry < now:
                 if state.is_queue:
-                    self._to_dmq(state, batch, "expired")
+                    self._to_dmq(state, batch, first, last, "expired")
+                elif again and state.persistent:
+                    state.mark_acked(first, last)
                 continue
-            return batch, False
+            if state.times_delivered(first) > self.max_redeliveries:
+                self._to_dmq(
+                    state, batch, first, last, f"maximum redeliveries ({self.max_redeliveries}) exceeded"
+                )
+                continue
+            return batch, first, last, again
 
-    def _to_dmq(self, state: DeliveryState, batch: StoredBatch, reason: str) -> None:
-        state.deliveries.pop(batch.base, None)
-        state.mark_acked(batch.base, batch.next_offset - 1)
+    def _to_dmq(self, state: DeliveryState, batch: StoredBatch, first: int, last: int, reason: str) -> None:
+        """Move records ``first`` .. ``last`` of ``batch`` (alone: not the rest of their batch) to
+        ``_DMQ`` with their origin and the reason; they count as acknowledged here."""
+        state.mark_acked(first, last)
         if batch.dest == DMQ_DESTINATION:
             return
         extra = dict(batch.extra or {})
-        extra.update({"orig": batch.dest, "reason": reason, "from": f"{self.name}:{batch.base}"})
-        self.append_internal(DMQ_DESTINATION, batch.n, batch.blob, batch.flags | BatchFlag.DMQ, extra)
-        log.info("moved %s:%d (%s) to _DMQ: %s", self.name, batch.base, batch.dest, reason)
+        extra.update({"orig": batch.dest, "reason": reason, "from": f"{self.name}:{first}"})
+        if batch.flags & BatchFlag.CHUNK or (first == batch.base and last == batch.next_offset - 1):
+            blob = batch.blob
+        else:
+            blob = slice_records(
+                batch.blob, self._record_spans(batch), first - batch.base, last - batch.base + 1
+            )
+        count = last - first + 1
+        self.append_internal(DMQ_DESTINATION, count, blob, batch.flags | BatchFlag.DMQ, extra)
+        log.info("moved %s:%d..%d (%s) to _DMQ: %s", self.name, first, last, batch.dest, reason)
 
     # -- cursors and delivery counts ----------------------------------------------------------------
     def cursor_records(self, everything: bool = False) -> list[ControlRecord]:
@@ -646,7 +774,7 @@ class PartitionHost:
                     log.exception("committing cursors failed on %s", self.name)
                 for state, link, frame in outbox:  # never sent: given back (counted, conservatively)
                     if _outstanding(state, link, frame):
-                        state.give_back(frame["o"])
+                        state.give_back(frame["o"], link=link)
                 self._committing = []
                 _refuse(replies, code or ErrorCode.INTERNAL, f"not committed: {exc}")
                 await asyncio.sleep(0.05)
@@ -685,6 +813,26 @@ def _outstanding(state: DeliveryState, link: ConsumerLink, frame: dict[str, Any]
     """The delivery ``frame`` is still the one handed to ``link`` (not given back since)."""
     p = state.pending.get(frame["o"])
     return p is not None and p.link is link and p.attempt == int(frame.get("rd", 0)) + 1
+
+
+def _check_records(blob: bytes, count: int) -> None:
+    """The records blob is an array of ``count`` records (ValueError, a clear INVALID_REQUEST, if
+    not). Only its header is read: a blob whose records cannot be located later is handed out
+    whole (``split_spans``)."""
+    unpacker = msgpack.Unpacker()
+    unpacker.feed(blob[:5])
+    try:
+        held = unpacker.read_array_header()
+    except Exception:
+        raise ValueError("records blob is not a msgpack array of records") from None
+    if held != count:
+        raise ValueError(f"records blob holds {held} records, the batch says {count}")
+
+
+def _array_header_len(blob: bytes) -> int:
+    """Bytes of the msgpack array header a records blob starts with."""
+    lead = blob[0] if blob else 0x90
+    return 1 if lead <= 0x9F else 3 if lead == 0xDC else 5
 
 
 def _refuse(replies: list[tuple[Any, dict[str, Any]]], code: ErrorCode, why: str) -> None:
