@@ -6,6 +6,7 @@ import java.util.List;
 import java.util.stream.Collectors;
 
 import org.apache.spark.sql.SparkSession;
+import org.apache.spark.sql.connector.metric.CustomMetric;
 import org.apache.spark.sql.connector.read.Batch;
 import org.apache.spark.sql.connector.read.InputPartition;
 import org.apache.spark.sql.connector.read.PartitionReaderFactory;
@@ -33,6 +34,11 @@ final class ExportScan implements Scan, Batch {
   public String description() {
     return ExportSource.NAME + " " + options.path + " " + schema.simpleString()
         + " PushedFilters: " + java.util.Arrays.toString(filter.used);
+  }
+
+  @Override
+  public CustomMetric[] supportedCustomMetrics() {
+    return ScanMetrics.supported();
   }
 
   @Override

@@ -5,6 +5,7 @@ import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.HashSet;
 import java.util.List;
+import java.util.Map;
 import java.util.Set;
 
 import org.apache.arrow.vector.BaseIntVector;
@@ -168,6 +169,31 @@ final class RowFilter implements Serializable {
         return false;
       }
       if (t.column.equals("offset") && (end <= t.lo || base > t.hi || t.lo > t.hi)) {
+        return false;
+      }
+    }
+    return true;
+  }
+
+  /** True if some test is a range of a long column (batch statistics may then rule batches out). */
+  boolean checksRanges() {
+    for (Test t : tests) {
+      if (t.values == null) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  /**
+   * False when no row of a batch whose non-null values of each column lie in {@code stats.get(column)}
+   * ({min, max}) can pass the range tests. A null never passes one, so a batch is ruled out by the
+   * range of the values it has; columns without statistics rule nothing out.
+   */
+  boolean mayMatch(Map<String, long[]> stats) {
+    for (Test t : tests) {
+      long[] bounds = t.values == null ? stats.get(t.column) : null;
+      if (bounds != null && (bounds[1] < t.lo || bounds[0] > t.hi || t.lo > t.hi)) {
         return false;
       }
     }
