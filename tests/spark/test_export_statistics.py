@@ -79,3 +79,49 @@ def test_batches_ruled_out_by_their_statistics_are_skipped(spark: SparkSession, 
         assert metrics == {"batchesRead": read, "batchesSkippedByStatistics": skipped}, where
     # Without a filter on those columns nothing is skipped and every row comes back.
     assert scan_metrics(df)[1] == {"batchesRead": 6, "batchesSkippedByStatistics": 0}
+
+
+def test_counts_are_answered_by_the_scan_in_one_stage(spark: SparkSession, tmp_path: Path) -> None:
+    writer = ExportWriter(tmp_path)
+    n = 2 * BATCH + 10
+    sequences = [None if i % 13 == 0 else i for i in range(n)]
+    producers = [None if i % 7 == 0 else f"p{i % 3}" for i in range(n)]
+    table = pa.table({"sequence": pa.array(sequences, pa.int64()), "producer_id": pa.array(producers)})
+    writer.append_table("fixed-0", "fixed", table.slice(0, BATCH + 5))
+    writer.append_table("fixed-0", "fixed", table.slice(BATCH + 5))
+    writer.append_table("od-1", "on-demand", table.slice(0, 100))
+    rows = [("fixed-0", o, s, p) for o, (s, p) in enumerate(zip(sequences, producers, strict=True))]
+    rows += [("od-1", o, s, p) for o, (s, p) in enumerate(zip(sequences[:100], producers[:100], strict=True))]
+    df = spark.read.format("hybridmq-export").option("path", str(tmp_path)).load()
+    cases = {
+        # where: (which stored (partition, offset, sequence, producer) match, counted by the scan)
+        "true": (lambda r: True, True),
+        "sequence < 700": (lambda r: r[2] is not None and r[2] < 700, True),
+        "partition = 'fixed-0' and offset >= 65530 and sequence <= 65550": (
+            lambda r: r[0] == "fixed-0" and r[1] >= 65530 and r[2] is not None and r[2] <= 65550,
+            True,
+        ),
+        "partition_type = 'on-demand' and sequence is not null": (
+            lambda r: r[0] == "od-1" and r[2] is not None,
+            True,
+        ),
+        "sequence < 10 or offset > 131075": (
+            lambda r: (r[2] is not None and r[2] < 10) or r[1] > 131075,
+            False,
+        ),
+        "producer_id = 'p1'": (lambda r: r[3] == "p1", False),  # reads a string column: parallel tasks
+    }
+    for where, (keep, pushed) in cases.items():
+        query = df.where(where)
+        plan = query.groupBy().count()._jdf.queryExecution().executedPlan().toString()
+        assert ("PushedAggregation: [COUNT(*)]" in plan) == pushed, (where, plan)
+        assert ("Exchange" not in plan) == pushed, (where, plan)
+        assert query.count() == sum(1 for r in rows if keep(r)), where
+    below = sum(1 for r in rows if r[2] is not None and r[2] < 700)
+    assert df.where("sequence < 700").selectExpr("count(*) as a", "count(*) as b").collect() == [
+        (below, below)
+    ]
+    # An exported log without any segment still counts 0 (the scan's one task answers).
+    empty = tmp_path / "empty"
+    ExportWriter(empty)
+    assert spark.read.format("hybridmq-export").option("path", str(empty)).load().count() == 0
