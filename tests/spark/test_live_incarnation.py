@@ -1,6 +1,10 @@
-"""A streaming query over a live cluster notices a partition whose data was replaced while it was
-stopped (its incarnation changed), even when the new data reaches past the checkpointed offset."""
+"""A streaming query over a live cluster notices a partition that vanished, or whose data was
+replaced (its incarnation changed, even when the new data reaches past the checkpointed offset),
+while it was stopped."""
 
+import asyncio
+import json
+import os
 import shutil
 import signal
 import time
@@ -12,7 +16,7 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import DataStreamWriter
 
-from hybridmq.client import BlockingProducer
+from hybridmq.client import BlockingProducer, Fetcher
 from hybridmq.local.runner import LocalCluster
 
 pytestmark = pytest.mark.spark
@@ -60,14 +64,10 @@ def run_availablenow(spark: SparkSession, bootstrap: str, checkpoint: Path, **op
     return seen
 
 
-def test_replaced_partition_is_reported_with_the_unread_range(
-    spark: SparkSession, cluster: LocalCluster, tmp_path: Path
-) -> None:
-    bootstrap, checkpoint = cluster.bootstrap, tmp_path / "ck"
+def read_ten_of_thirty(spark: SparkSession, bootstrap: str, checkpoint: Path) -> str:
+    """Produce 30 records, run one micro-batch of 10, stop: 20 records of the partition are unread."""
     partition = produce(bootstrap, [f"old-{i}" for i in range(30)])
     assert partition == "fixed-0-0"
-
-    # One micro-batch of 10 records, then the query stops: 20 records of the partition are unread.
     first: Seen = []
     query = (
         writer(spark, bootstrap, first, checkpoint, maxOffsetsPerTrigger="10")
@@ -82,6 +82,14 @@ def test_replaced_partition_is_reported_with_the_unread_range(
     finally:
         query.stop()
     assert first == [(o, f"old-{o}".encode()) for o in range(10)]
+    return partition
+
+
+def test_replaced_partition_is_reported_with_the_unread_range(
+    spark: SparkSession, cluster: LocalCluster, tmp_path: Path
+) -> None:
+    bootstrap, checkpoint = cluster.bootstrap, tmp_path / "ck"
+    partition = read_ten_of_thirty(spark, bootstrap, checkpoint)
 
     # The MM loses the partition's data while the query is stopped; the partition comes back empty
     # and gets more records than the query had read, so offsets alone would not show it.
@@ -97,3 +105,34 @@ def test_replaced_partition_is_reported_with_the_unread_range(
     # failOnDataLoss=false: a WARNING, then the new data is read from its beginning.
     again = run_availablenow(spark, bootstrap, checkpoint, failOnDataLoss="false")
     assert sorted(again) == [(o, f"new-{o}".encode()) for o in range(40)]
+
+
+def test_vanished_partition_is_reported_with_the_unread_range(
+    spark: SparkSession, cluster: LocalCluster, tmp_path: Path
+) -> None:
+    bootstrap, checkpoint = cluster.bootstrap, tmp_path / "ck"
+    partition = read_ten_of_thirty(spark, bootstrap, checkpoint)
+    # The partition leaves the assignment table while the query is stopped (as a garbage-collected
+    # on-demand partition does): the CM stops listing it and its MM deletes its data.
+    table = json.loads(cluster.assignments.read_text())
+    table["partitions"] = [p for p in table["partitions"] if p["name"] != partition]
+    fresh = cluster.assignments.with_suffix(".new")
+    fresh.write_text(json.dumps(table))
+    os.replace(fresh, cluster.assignments)
+    deadline = time.monotonic() + 60
+    while partition in asyncio.run(listed(bootstrap)):
+        assert time.monotonic() < deadline, "the CM still lists the partition"
+        time.sleep(0.2)
+
+    lost = rf"partition {partition} is gone: offsets \[10, 30\) were not read"
+    with pytest.raises(StreamingQueryException, match=lost):
+        run_availablenow(spark, bootstrap, checkpoint)
+    assert run_availablenow(spark, bootstrap, checkpoint, failOnDataLoss="false") == []
+
+
+async def listed(bootstrap: str) -> set[str]:
+    fetcher = await Fetcher.connect(bootstrap)
+    try:
+        return {p.name for p in await fetcher.partitions()}
+    finally:
+        await fetcher.close()
