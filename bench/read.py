@@ -9,17 +9,19 @@ Generates (untimed) the same exported log as ``bench/audit.py``, then times, alt
 * ``spark_count_s``: ``spark.read.format("hybridmq-export").option("path", …).load().count()``
   (the JVM source: columnar, reads only the columns a query uses)
 * ``pyarrow_s``: pyarrow reading every segment file whole and decoding its dictionary columns
-* ``spark_select_s``: a selective query, ``load().where("sequence < 1000").select("producer_id",
-  "sequence").count()`` through ``hybridmq-export``, against ``pyarrow_select_s``: pyarrow reading
-  those two columns and filtering
+* ``spark_selective_s``: a selective query, ``load().where("sequence < 1000").select("producer_id",
+  "sequence").count()`` through ``hybridmq-export``, against ``pyarrow_selective_s``: pyarrow reading
+  those two columns of every record batch and filtering (it does not use the batches' min/max
+  statistics, with which the scan skips the batches no row of which can match)
 * ``spark_floor_s``: ``spark.range(0, 2, 1, 2).count()``, what any Spark query costs on the machine
   at that moment (planning and scheduling a job), the part of the ratios no source can remove
 * with ``--python-source``, the Python source ``format("hybridmq")`` too: ``python_count_s``,
-  ``python_select_s`` and ``python_columns_s`` (the selective query with the ``columns`` option)
+  ``python_selective_s`` and ``python_columns_s`` (the selective query with the ``columns`` option)
 
 Appends a JSON line to ``bench/results/read.jsonl``; the output ends with ``records=…
-spark_select_s=… pyarrow_select_s=… select_ratio=… spark_count_s=… pyarrow_s=… ratio=… spark_floor_s=…``
-(ratio = spark_count_s / pyarrow_s, select_ratio = spark_select_s / pyarrow_select_s).
+spark_count_s=… pyarrow_s=… ratio=… spark_selective_s=… pyarrow_selective_s=… selective_ratio=…
+spark_floor_s=…`` (ratio = spark_count_s / pyarrow_s, selective_ratio = spark_selective_s /
+pyarrow_selective_s).
 """
 
 import argparse
@@ -55,7 +57,7 @@ def pyarrow_count(root: Path) -> int:
     return rows
 
 
-def pyarrow_select(root: Path) -> int:
+def pyarrow_selective(root: Path) -> int:
     rows = 0
     for path in segment_files(root):
         with pa.memory_map(str(path), "r") as source:
@@ -99,7 +101,7 @@ def main() -> int:
     def count(fmt: str) -> int:
         return spark.read.format(fmt).option("path", str(root)).load().count()
 
-    def select(fmt: str, columns_option: bool = False) -> int:
+    def selective(fmt: str, columns_option: bool = False) -> int:
         reader = spark.read.format(fmt).option("path", str(root))
         if columns_option:
             reader = reader.option("columns", ",".join(SELECT))
@@ -108,20 +110,20 @@ def main() -> int:
     timings: dict[str, Callable[[], int]] = {
         "spark_count": lambda: count("hybridmq-export"),
         "pyarrow": lambda: pyarrow_count(root),
-        "spark_select": lambda: select("hybridmq-export"),
-        "pyarrow_select": lambda: pyarrow_select(root),
+        "spark_selective": lambda: selective("hybridmq-export"),
+        "pyarrow_selective": lambda: pyarrow_selective(root),
         # What any Spark query costs here (planning, scheduling a job of one task per core): the floor
         "spark_floor": lambda: spark.range(0, 2, 1, 2).count(),
     }
     if args.python_source:
         timings["python_count"] = lambda: count("hybridmq")
-        timings["python_select"] = lambda: select("hybridmq")
-        timings["python_columns"] = lambda: select("hybridmq", columns_option=True)
+        timings["python_selective"] = lambda: selective("hybridmq")
+        timings["python_columns"] = lambda: selective("hybridmq", columns_option=True)
     runs: dict[str, list[float]] = {k: [] for k in timings}
     try:
-        select("hybridmq-export")  # warm the JVM's code before timing
+        selective("hybridmq-export")  # warm the JVM's code before timing
         if args.python_source:
-            select("hybridmq", columns_option=True)  # start the Python workers before timing
+            selective("hybridmq", columns_option=True)  # start the Python workers before timing
         for i in range(args.repeat):
             counts = {}
             for name, fn in timings.items():
@@ -129,7 +131,7 @@ def main() -> int:
                 runs[name].append(seconds)
             print(f"run {i}: " + " ".join(f"{k}={v[-1]:.2f}s" for k, v in runs.items()), counts, flush=True)
             totals = {counts[k] for k in counts if k.endswith("count") or k == "pyarrow"}
-            selected = {counts[k] for k in counts if k.endswith(("select", "columns"))}
+            selected = {counts[k] for k in counts if k.endswith(("selective", "columns"))}
             if len(totals) != 1 or len(selected) != 1:
                 print(f"MISMATCH: {counts}", file=sys.stderr)
                 return 1
@@ -137,7 +139,7 @@ def main() -> int:
         spark.stop()
     med = {k: statistics.median(v) for k, v in runs.items()}
     ratio = med["spark_count"] / med["pyarrow"]
-    select_ratio = med["spark_select"] / med["pyarrow_select"]
+    selective_ratio = med["spark_selective"] / med["pyarrow_selective"]
     line = {
         "bench": "read",
         "source": "hybridmq-export",
@@ -146,22 +148,22 @@ def main() -> int:
         **{f"{k}_s": round(v, 3) for k, v in med.items()},
         **{f"{k}_runs": [round(x, 3) for x in v] for k, v in runs.items()},
         "ratio": round(ratio, 2),
-        "select_ratio": round(select_ratio, 2),
+        "selective_ratio": round(selective_ratio, 2),
     }
     if args.python_source:
         line["python_ratio"] = round(med["python_count"] / med["pyarrow"], 2)
-        line["python_select_ratio"] = round(med["python_select"] / med["pyarrow_select"], 2)
-        line["python_columns_ratio"] = round(med["python_columns"] / med["pyarrow_select"], 2)
+        line["python_selective_ratio"] = round(med["python_selective"] / med["pyarrow_selective"], 2)
+        line["python_columns_ratio"] = round(med["python_columns"] / med["pyarrow_selective"], 2)
         print(
             f"python source: count {med['python_count']:.2f}s (ratio {line['python_ratio']}),"
-            f" select {med['python_select']:.2f}s (ratio {line['python_select_ratio']}),"
+            f" selective {med['python_selective']:.2f}s (ratio {line['python_selective_ratio']}),"
             f" with columns {med['python_columns']:.2f}s (ratio {line['python_columns_ratio']})"
         )
     finish(RESULTS, line, args, load_before)
     print(
-        f"records={counts['pyarrow']} spark_select_s={med['spark_select']:.2f}"
-        f" pyarrow_select_s={med['pyarrow_select']:.2f} select_ratio={select_ratio:.2f}"
-        f" spark_count_s={med['spark_count']:.2f} pyarrow_s={med['pyarrow']:.2f} ratio={ratio:.2f}"
+        f"records={counts['pyarrow']} spark_count_s={med['spark_count']:.2f} pyarrow_s={med['pyarrow']:.2f}"
+        f" ratio={ratio:.2f} spark_selective_s={med['spark_selective']:.2f}"
+        f" pyarrow_selective_s={med['pyarrow_selective']:.2f} selective_ratio={selective_ratio:.2f}"
         f" spark_floor_s={med['spark_floor']:.2f}"
     )
     return 0

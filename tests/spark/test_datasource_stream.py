@@ -249,3 +249,25 @@ def test_partition_re_created_under_the_same_name_is_noticed(spark: SparkSession
     again = restart(spark, log, checkpoint, failOnDataLoss="false")
     # The new od-2 is read from its beginning, not from where the old one was left.
     assert sorted(o for _, p, o in again if p == "od-2") == list(range(80))
+
+
+def test_replayed_batch_of_a_re_created_partition_is_not_read_from_the_new_one(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    log, checkpoint = tmp_path / "log", tmp_path / "ck"
+    writer = clean_log(log)
+    writer.append_rows("od-2", "on-demand", rows_for("e", range(60)))
+    first: Seen = []
+    run_one_batch(spark, log, str(checkpoint), first, maxRecordsPerBatch="10", partitions="od-2")
+    assert sorted(o for _, _, o in first) == list(range(10))
+    # As if the query had died before it committed its batch: Spark replays the batch it planned.
+    for name in ("0", ".0.crc"):
+        (checkpoint / "commits" / name).unlink()
+    writer.delete_partition("od-2")
+    writer.append_rows("od-2", "on-demand", rows_for("f", range(80)))
+
+    lost = r"partition od-2 was deleted and re-created: offsets \[0, 60\) were not read"
+    with pytest.raises(StreamingQueryException, match=lost):
+        restart(spark, log, str(checkpoint), partitions="od-2")
+    again = restart(spark, log, str(checkpoint), partitions="od-2", failOnDataLoss="false")
+    assert sorted(o for _, _, o in again) == list(range(80))  # the new od-2, each record once

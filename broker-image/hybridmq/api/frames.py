@@ -76,11 +76,12 @@ FETCH              client->CM: c, p (partition), o (offset), e? (exclusive end; 
                    (``o`` below the log start; the ERROR carries start and hw), NOT_PRIMARY,
                    MM_UNAVAILABLE. (``broker/cm/fetch_route.py``, ``broker/mm/fetch_handler.py``)
 FETCH_META         client->CM: c, p? (partition names, default all), pids? (producer ids) -> OK {r,
-                   partitions: [{name, type, primary, epoch, writable, start, hw, end, err?,
+                   partitions: [{name, type, primary, epoch, writable, start, hw, end,
+                   incarnation? (random id born with the partition's data), err?,
                    producers? ({pid: [producer epoch, last stored sequence, [[first seq, last
                    seq, base offset, last offset], ...]]}, with pids; only from the primary of
                    the table's epoch, else err)}]}. CM->MM: c, p?, pids? ->
-                   OK {r, partitions: {name: {start, hw, end, epoch, producers?}}}
+                   OK {r, partitions: {name: {start, hw, end, epoch, inc?, producers?}}}
 PING / PONG        c / r (liveness)
 =================  ==========================================================================
 

@@ -69,6 +69,9 @@ class PartitionMeta:
     primary: str | None
     epoch: int
     writable: bool
+    # A random id born with the partition's data: a new one means the partition was re-created
+    # (an on-demand name reused after garbage collection, a fixed partition whose data was lost).
+    incarnation: str | None = None
 
 
 @dataclass(slots=True)
@@ -251,6 +254,7 @@ class Fetcher:
                         primary=e.get("primary"),
                         epoch=int(e.get("epoch", 0)),
                         writable=bool(e.get("writable", True)),
+                        incarnation=None if e.get("incarnation") is None else str(e["incarnation"]),
                     )
                     for e in entries
                 ]

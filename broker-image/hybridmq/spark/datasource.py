@@ -146,6 +146,7 @@ class HybridMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, opts: ReaderOptions) -> None:
         self.opts = opts
         self._types: dict[str, str] = {}
+        self._listed: dict[str, PartitionInfo] = {}  # the last listing
         self._available_now: OffsetMap | None = None
         self._last_batch = time.monotonic()  # for minOffsetsPerTrigger / maxTriggerDelay
 
@@ -154,6 +155,7 @@ class HybridMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         infos = _list(self.opts)
         for info in infos:
             self._types[info.name] = info.type
+        self._listed = {p.name: p for p in infos}
         return infos
 
     def _caps(self, infos: list[PartitionInfo]) -> dict[str, int]:
@@ -253,12 +255,17 @@ class HybridMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- planning and reading ------------------------------------------------------------------
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
         begin, stop = decode(start), decode(end)
-        if any(name not in self._types for name in stop):
-            self._refresh()
+        if any(name not in self._listed for name in stop):
+            self._refresh()  # a batch planned by an earlier run, replayed after a restart
         spans = []
         for name, pos in sorted(stop.items()):
             prev = begin.get(name)
             offset = prev.offset if prev is not None and prev.same_partition(pos.incarnation) else 0
+            now = self._listed.get(name)
+            if now is not None and not pos.same_partition(now.incarnation):
+                # Re-created since the batch was planned: its range is not in the new partition.
+                self._lost(name, Position(offset, pos.end), "was deleted and re-created")
+                continue
             spans.append((name, self._types.get(name, ""), offset, pos.offset))
         return list(plan_ranges(spans, self.opts.offsets_per_split))
 

@@ -27,6 +27,8 @@ from hybridmq.spark.exported import (
     MARKER_FILE,
     MAX_BATCH_ROWS,
     PARTITION_FILE,
+    STATISTICS_COLUMNS,
+    STATISTICS_PREFIX,
     STORED_SCHEMA,
     list_segments,
     partition_dir,
@@ -48,6 +50,17 @@ def dictionary_strings(column: pa.ChunkedArray) -> pa.DictionaryArray:
     encoded = pc.dictionary_encode(column.cast(pa.string()).combine_chunks())
     assert isinstance(encoded, pa.DictionaryArray)
     return encoded
+
+
+def batch_statistics(batch: pa.RecordBatch) -> dict[str, str]:
+    """The smallest and largest non-null value of each statistics column (none when all are null)."""
+    stats: dict[str, str] = {}
+    for column in STATISTICS_COLUMNS:
+        bounds = pc.min_max(batch.column(column)).as_py()
+        if bounds["min"] is not None:
+            stats[f"{STATISTICS_PREFIX}min.{column}"] = str(bounds["min"])
+            stats[f"{STATISTICS_PREFIX}max.{column}"] = str(bounds["max"])
+    return stats
 
 
 class ExportWriter:
@@ -118,7 +131,7 @@ class ExportWriter:
         tmp = pdir / f".{final.name}.tmp"
         with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, STORED_SCHEMA) as writer:
             for batch in full.to_batches(max_chunksize=MAX_BATCH_ROWS):
-                writer.write_batch(batch)
+                writer.write_batch(batch, custom_metadata=batch_statistics(batch))
         os.replace(tmp, final)
         return base, end
 

@@ -8,7 +8,12 @@ Format (version 1), one directory::
                                            "incarnation": "<random id, new on each creation>"}
         <base:020d>-<end:020d>.arrow      Arrow IPC *file* with the row columns (schema.COLUMNS,
                                           in that order), records at offsets in [base, end) in
-                                          increasing offset order, record batches <= 64Ki rows
+                                          increasing offset order, record batches <= 64Ki rows,
+                                          each with statistics in its custom metadata:
+                                          ``hybridmq.min.<column>`` / ``hybridmq.max.<column>``
+                                          (decimal text) for ``offset`` and ``sequence``, the
+                                          smallest and largest non-null value (absent when all
+                                          are null, and in exports written before them)
 
 Column types are those of ``schema.ROW_SCHEMA``, except that the string columns ``partition``,
 ``partition_type``, ``destination`` and ``producer_id`` may be stored dictionary-encoded
@@ -44,6 +49,9 @@ MARKER_FILE = "_hybridmq_export.json"
 PARTITION_FILE = "_partition.json"
 SEGMENT_SUFFIX = ".arrow"
 MAX_BATCH_ROWS = 65536
+# Per record batch min/max (custom metadata), so that a scan skips batches no row of which can match.
+STATISTICS_COLUMNS = ("offset", "sequence")
+STATISTICS_PREFIX = "hybridmq."
 DICTIONARY_COLUMNS = frozenset({"partition", "partition_type", "destination", "producer_id"})
 STORED_SCHEMA = pa.schema(
     [

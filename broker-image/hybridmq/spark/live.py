@@ -10,7 +10,8 @@ Reading an offset range uses the fetch-by-offset client API, ``hybridmq.client.F
 
     fetcher = await hybridmq.client.Fetcher.connect(bootstrap, user=..., password=...)
     await fetcher.partitions() -> list of objects/dicts with
-        name, type, start_offset (log start), end_offset (high watermark: committed end)
+        name, type, start_offset (log start), end_offset (high watermark: committed end),
+        incarnation (random id born with the partition's data; new when it is re-created)
     await fetcher.fetch(partition, offset, max_offset=end, max_bytes=n) -> result with
         start_offset, end_offset, batches: list of objects/dicts with
             base_offset, count, destination, producer_id (str), producer_epoch, base_sequence,

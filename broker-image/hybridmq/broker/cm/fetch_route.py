@@ -13,7 +13,9 @@ one like everything else:
   replaced by a stub ``{o, n, ctl: true, skip: "acl" | "internal"}`` that keeps the offsets
   contiguous without its content.
 * FETCH_META ``{c, p?, i?}`` lists partitions from the assignment table with each one's log start,
-  high watermark and log end as its primary MM reports them (``err`` names why they are missing).
+  high watermark, log end and incarnation (a random id born with the partition's data, kept by
+  failovers, new when the partition is re-created) as its primary MM reports them (``err`` names
+  why they are missing).
   With ``i`` it adds the internal log partition ``_log.<mm>`` of each MM that answers (type
   ``internal``: the ``topic:_LOG`` events, never in a user partition), which FETCH with ``i``
   reads (epoch 0).
@@ -212,6 +214,8 @@ async def _fetch_meta(cm: ConnectionManager, session: Session, frame: dict[str, 
         if isinstance(answer, dict) and a.name in answer:
             meta = answer[a.name]
             entry.update(start=meta["start"], hw=meta["hw"], end=meta["end"])
+            if meta.get("inc") is not None:
+                entry["incarnation"] = str(meta["inc"])
             if pids and int(meta.get("epoch", -1)) >= a.epoch:
                 entry["producers"] = meta.get("producers") or {}
             elif pids:  # not (yet) the primary of the table's epoch: its producer state may lag

@@ -17,11 +17,12 @@ Batches are sent as maps: ``o`` base offset, ``n`` record count, ``d`` destinati
 ``ts`` the batch's max timestamp, ``ctl`` control batch (cursor snapshots: sent without payload),
 ``f`` flags, ``xa`` extra attributes, ``b`` the producer's records blob (never decoded here).
 
-FETCH_META answers ``{name: {start, hw, end, epoch}}`` for the hosted partitions this MM is
-primary of (``p`` narrows it to some names). With ``pids`` (producer ids) each entry also has
-``producers`` (``producer_states``): what the partition stores of those producers, so that an
-on-demand producer that moves after a failover resends only what the old partition lacks; the
-answer detaches those producer ids from the partition (``mm/attached.py``).
+FETCH_META answers ``{name: {start, hw, end, epoch, inc}}`` for the hosted partitions this MM is
+primary of (``p`` narrows it to some names); ``inc`` is the partition's incarnation
+(``mm/incarnation.py``; absent for the MM's internal log partition). With ``pids`` (producer
+ids) each entry also has ``producers`` (``producer_states``): what the partition stores of those
+producers, so that an on-demand producer that moves after a failover resends only what the old
+partition lacks; the answer detaches those producer ids from the partition (``mm/attached.py``).
 """
 
 from __future__ import annotations
@@ -87,6 +88,9 @@ def handle(mm: MessageManager, conn: Connection, frame: dict[str, Any]) -> None:
         for name, host in list(mm.hosts.items()):
             if host.serving and (wanted is None or name in wanted):
                 partitions[name] = meta = dict[str, Any](partition_meta(host))
+                inc = mm.replica_manager.incarnation(name)
+                if inc is not None:
+                    meta["inc"] = inc
                 if pids:
                     meta["producers"] = producer_states(host, list(pids))
                     # A moving producer asks before resending elsewhere: once answered, it is gone.

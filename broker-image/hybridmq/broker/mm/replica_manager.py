@@ -33,6 +33,7 @@ from hybridmq.api.frames import ErrorCode, FrameType
 from hybridmq.api.lease_report import MMReport, PartitionReport
 from hybridmq.broker.log.config import LogConfig
 from hybridmq.broker.log.errors import StaleEpochError
+from hybridmq.broker.mm import incarnation
 from hybridmq.broker.mm.liveness import Liveness
 from hybridmq.broker.mm.partition import PartitionHost
 from hybridmq.broker.mm.replica_transport import PeerLinks, TcpPrimaryTransport
@@ -96,6 +97,7 @@ class Replica:
     host: PartitionHost | None = None
     fetcher: BackupFetcher | None = None
     primary_mm: str | None = None
+    incarnation: str | None = None  # see ``mm/incarnation.py``: the primary's, adopted by backups
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
 
@@ -197,10 +199,11 @@ class ReplicaManager:
         entry = self.mm.source.brokers().get(peer)
         return entry.address if entry is not None else None
 
-    def _open_storage(self, name: str) -> PartitionStorage:
+    def _open_storage(self, r: Replica) -> PartitionStorage:
         c = self.mm.config
+        r.incarnation = incarnation.ensure(c.data_dir / r.name)
         return PartitionStorage.open(
-            c.data_dir / name,
+            c.data_dir / r.name,
             LogConfig(
                 fsync=c.fsync,  # type: ignore[arg-type]
                 group_commit_max_delay_ms=c.group_commit_ms,
@@ -220,7 +223,7 @@ class ReplicaManager:
         await self._stop_backup(r)
         await self._stop_primary(r)
         if r.storage is None:
-            storage = self._open_storage(a.name)
+            storage = self._open_storage(r)
         else:  # a fresh cache: a backup's log may have been truncated under the old one
             storage = PartitionStorage(r.storage.log, self.mm.config.cache_bytes)
         r.storage = storage
@@ -290,12 +293,12 @@ class ReplicaManager:
         if r.role == Role.PRIMARY:
             await self._stop_primary(r)
         if r.storage is None:
-            r.storage = self._open_storage(a.name)
+            r.storage = self._open_storage(r)
         if a.primary is None:
             await self._stop_backup(r)
             r.role, r.epoch = Role.BACKUP, a.epoch
             return
-        transport = TcpPrimaryTransport(self.links, a.primary)
+        transport = TcpPrimaryTransport(self.links, a.primary, on_incarnation=lambda i: self._adopt(r, i))
         if r.role == Role.BACKUP and r.fetcher is not None:
             if r.primary_mm != a.primary:
                 r.fetcher.update(epoch=a.epoch, transport=transport)
@@ -314,6 +317,15 @@ class ReplicaManager:
             r.tasks.append(asyncio.create_task(r.fetcher.run()))
             log.info("%s: backup of %s at epoch %d", a.name, a.primary, a.epoch)
         r.role, r.epoch, r.primary_mm = Role.BACKUP, a.epoch, a.primary
+
+    def _adopt(self, r: Replica, primary_incarnation: str) -> None:
+        """A backup holds the primary's data, so it takes the primary's incarnation."""
+        if r.incarnation != primary_incarnation and self.replicas.get(r.name) is r:
+            r.incarnation = incarnation.write(self.mm.config.data_dir / r.name, primary_incarnation)
+
+    def incarnation(self, name: str) -> str | None:
+        r = self.replicas.get(name)
+        return None if r is None else r.incarnation
 
     async def _be_none(self, name: str, *, delete: bool) -> None:
         r = self.replicas.pop(name, None)
@@ -409,8 +421,11 @@ class ReplicaManager:
         except (KeyError, TypeError, ValueError) as exc:
             conn.reply_error(frame, ErrorCode.INVALID_REQUEST, f"bad replica request: {exc}")
             return
+        wire = to_wire(reply)
+        if leader is not None and r is not None and r.incarnation is not None:
+            wire["incarnation"] = r.incarnation  # backups adopt it (``_adopt``)
         if not conn.closed:
-            conn.reply(frame, {"t": FrameType.OK, "m": to_wire(reply)})
+            conn.reply(frame, {"t": FrameType.OK, "m": wire})
 
     # -- reporting -------------------------------------------------------------------------------
     def report(self) -> dict[str, Any]:

@@ -4,7 +4,8 @@ A backup MM opens one connection per primary MM (``HELLO role=mm``, the cluster 
 and sends, pipelined on it:
 
 =================  ==============================================================================
-REPLICA_FETCH      c, m (``FetchRequest`` as ``to_wire`` dict) -> OK {r, m: ``FetchResponse``}
+REPLICA_FETCH      c, m (``FetchRequest`` as ``to_wire`` dict) -> OK {r, m: ``FetchResponse``, with
+                   ``incarnation``: the partition's, which the backup adopts}
 REPLICA_EPOCH_END  c, m (``EpochEndOffsetRequest``) -> OK {r, m: ``EpochEndOffsetResponse``}
 REPLICA_SNAPSHOT   c, m (``SnapshotRequest``) -> OK {r, m: ``Snapshot``}
 =================  ==============================================================================
@@ -21,7 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from hybridmq.api.assignment import BrokerRole
-from hybridmq.api.frames import PROTOCOL_VERSION, FrameType
+from hybridmq.api.frames import PROTOCOL_VERSION, ErrorCode, FrameType
 from hybridmq.broker.replication import (
     EpochEndOffsetRequest,
     EpochEndOffsetResponse,
@@ -115,17 +116,29 @@ class PeerLinks:
 class TcpPrimaryTransport:
     """A ``PrimaryTransport`` (see ``hybridmq.broker.replication.backup``) to one primary MM."""
 
-    def __init__(self, links: PeerLinks, peer: str, *, timeout_s: float = 3.0) -> None:
+    def __init__(
+        self,
+        links: PeerLinks,
+        peer: str,
+        *,
+        timeout_s: float = 3.0,
+        on_incarnation: Callable[[str], None] | None = None,
+    ) -> None:
         self.links = links
         self.peer = peer
         self.timeout_s = timeout_s
+        self.on_incarnation = on_incarnation  # told the primary's partition incarnation
 
     async def fetch(self, request: FetchRequest) -> FetchResponse:
         timeout = self.timeout_s + request.max_wait_ms / 1000.0
         data = await self.links.request(
             self.peer, {"t": FrameType.REPLICA_FETCH, "m": to_wire(request)}, timeout
         )
-        return from_wire(FetchResponse, data)
+        response = from_wire(FetchResponse, data)
+        incarnation = data.get("incarnation")
+        if self.on_incarnation is not None and incarnation and response.error == ErrorCode.NONE:
+            self.on_incarnation(str(incarnation))
+        return response
 
     async def end_offset_for_epoch(self, request: EpochEndOffsetRequest) -> EpochEndOffsetResponse:
         data = await self.links.request(

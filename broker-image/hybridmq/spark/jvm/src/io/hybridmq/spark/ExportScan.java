@@ -6,6 +6,7 @@ import java.util.List;
 import java.util.stream.Collectors;
 
 import org.apache.spark.sql.SparkSession;
+import org.apache.spark.sql.connector.metric.CustomMetric;
 import org.apache.spark.sql.connector.read.Batch;
 import org.apache.spark.sql.connector.read.InputPartition;
 import org.apache.spark.sql.connector.read.PartitionReaderFactory;
@@ -17,11 +18,13 @@ final class ExportScan implements Scan, Batch {
   private final ExportOptions options;
   private final StructType schema;
   private final RowFilter filter;
+  private final boolean countOnly; // schema: COUNT(*) columns, answered by one task (CountReader)
 
-  ExportScan(ExportOptions options, StructType schema, RowFilter filter) {
+  ExportScan(ExportOptions options, StructType schema, RowFilter filter, boolean countOnly) {
     this.options = options;
     this.schema = schema;
     this.filter = filter;
+    this.countOnly = countOnly;
   }
 
   @Override
@@ -32,7 +35,13 @@ final class ExportScan implements Scan, Batch {
   @Override
   public String description() {
     return ExportSource.NAME + " " + options.path + " " + schema.simpleString()
-        + " PushedFilters: " + java.util.Arrays.toString(filter.used);
+        + " PushedFilters: " + java.util.Arrays.toString(filter.used)
+        + (countOnly ? " PushedAggregation: [COUNT(*)]" : "");
+  }
+
+  @Override
+  public CustomMetric[] supportedCustomMetrics() {
+    return ScanMetrics.supported();
   }
 
   @Override
@@ -46,6 +55,9 @@ final class ExportScan implements Scan, Batch {
       List<Segment> segments = ExportLayout.open(options.path).segments().stream()
           .filter(s -> filter.mayMatch(s.partition, s.partitionType, s.base, s.end))
           .collect(Collectors.toList());
+      if (countOnly) { // exactly one task, which returns the one row of counts
+        return new InputPartition[] {new SegmentGroup(segments)};
+      }
       int cores = SparkSession.active().sparkContext().defaultParallelism();
       return SegmentGroup.pack(segments, cores).toArray(new InputPartition[0]);
     } catch (IOException e) {
@@ -55,6 +67,6 @@ final class ExportScan implements Scan, Batch {
 
   @Override
   public PartitionReaderFactory createReaderFactory() {
-    return new SegmentReaderFactory(schema, filter);
+    return new SegmentReaderFactory(schema, filter, countOnly);
   }
 }

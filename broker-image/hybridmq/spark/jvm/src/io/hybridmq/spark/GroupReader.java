@@ -2,6 +2,7 @@ package io.hybridmq.spark;
 
 import java.io.IOException;
 
+import org.apache.spark.sql.connector.metric.CustomTaskMetric;
 import org.apache.spark.sql.connector.read.PartitionReader;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.vectorized.ColumnarBatch;
@@ -11,6 +12,7 @@ final class GroupReader implements PartitionReader<ColumnarBatch> {
   private final SegmentGroup group;
   private final StructType schema;
   private final RowFilter filter;
+  private final ScanMetrics metrics = new ScanMetrics();
   private int next;
   private SegmentReader current;
 
@@ -33,8 +35,13 @@ final class GroupReader implements PartitionReader<ColumnarBatch> {
       if (next >= group.segments.size()) {
         return false;
       }
-      current = new SegmentReader(group.segments.get(next++), schema, filter);
+      current = new SegmentReader(group.segments.get(next++), schema, filter, metrics);
     }
+  }
+
+  @Override
+  public CustomTaskMetric[] currentMetricsValues() {
+    return metrics.values();
   }
 
   @Override

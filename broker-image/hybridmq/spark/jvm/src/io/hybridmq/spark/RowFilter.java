@@ -5,6 +5,7 @@ import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.HashSet;
 import java.util.List;
+import java.util.Map;
 import java.util.Set;
 
 import org.apache.arrow.vector.BaseIntVector;
@@ -26,8 +27,9 @@ import org.apache.spark.sql.sources.LessThanOrEqual;
  * The simple conjuncts of a query's filters that the scan can check itself: ranges of {@code offset}
  * and {@code sequence}, string equality or membership of {@code partition}, {@code partition_type},
  * {@code producer_id} and {@code destination}, and {@code IS NOT NULL}. Segments whose partition or
- * offset range cannot match are not read; in the others only matching rows reach Spark. Spark still
- * evaluates every filter after the scan, so this only has to keep every row that could match.
+ * offset range cannot match are not read, nor batches whose statistics rule them out; in the others
+ * only matching rows reach Spark. A filter checked wholly is checked exactly (Spark does not evaluate
+ * it again); Spark evaluates the others ({@link #inexact}, e.g. an AND with one half checked here).
  */
 final class RowFilter implements Serializable {
   private static final long serialVersionUID = 1L;
@@ -53,21 +55,48 @@ final class RowFilter implements Serializable {
 
   private final List<Test> tests;
   final Filter[] used;
+  final Filter[] inexact; // not checked wholly by the scan (e.g. one half of an AND): Spark must
 
-  private RowFilter(List<Test> tests, Filter[] used) {
+  private RowFilter(List<Test> tests, Filter[] used, Filter[] inexact) {
     this.tests = tests;
     this.used = used;
+    this.inexact = inexact;
   }
 
   static RowFilter of(Filter[] filters) {
     List<Test> tests = new ArrayList<>();
     List<Filter> used = new ArrayList<>();
+    List<Filter> inexact = new ArrayList<>();
     for (Filter filter : filters) {
       if (convert(filter, tests)) {
         used.add(filter);
       }
+      if (!exact(filter)) {
+        inexact.add(filter);
+      }
     }
-    return new RowFilter(tests, used.toArray(new Filter[0]));
+    return new RowFilter(tests, used.toArray(new Filter[0]), inexact.toArray(new Filter[0]));
+  }
+
+  /** True if the scan's check keeps exactly the rows {@code filter} keeps. */
+  private static boolean exact(Filter filter) {
+    if (filter instanceof And) {
+      return exact(((And) filter).left()) && exact(((And) filter).right());
+    }
+    return convert(filter, new ArrayList<>());
+  }
+
+  /**
+   * True if every test is settled by segment names or batch statistics, or reads only a long
+   * column: a count of such rows is cheap enough for one task.
+   */
+  boolean cheapToCount() {
+    for (Test t : tests) {
+      if (t.values != null && !t.column.equals("partition") && !t.column.equals("partition_type")) {
+        return false;
+      }
+    }
+    return true;
   }
 
   /** Adds the tests of {@code filter} (the convertible half of an AND); true if it added any. */
@@ -81,7 +110,7 @@ final class RowFilter implements Serializable {
       if (LONGS.contains(column)) {
         return tests.add(new Test(column, null, Long.MIN_VALUE, Long.MAX_VALUE));
       }
-      return false;
+      return column.equals("partition") || column.equals("partition_type"); // never null: nothing to check
     }
     if (filter instanceof In && STRINGS.contains(((In) filter).attribute())) {
       Set<String> values = new HashSet<>();
@@ -168,6 +197,31 @@ final class RowFilter implements Serializable {
         return false;
       }
       if (t.column.equals("offset") && (end <= t.lo || base > t.hi || t.lo > t.hi)) {
+        return false;
+      }
+    }
+    return true;
+  }
+
+  /** True if some test is a range of a long column (batch statistics may then rule batches out). */
+  boolean checksRanges() {
+    for (Test t : tests) {
+      if (t.values == null) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  /**
+   * False when no row of a batch whose non-null values of each column lie in {@code stats.get(column)}
+   * ({min, max}) can pass the range tests. A null never passes one, so a batch is ruled out by the
+   * range of the values it has; columns without statistics rule nothing out.
+   */
+  boolean mayMatch(Map<String, long[]> stats) {
+    for (Test t : tests) {
+      long[] bounds = t.values == null ? stats.get(t.column) : null;
+      if (bounds != null && (bounds[1] < t.lo || bounds[0] > t.hi || t.lo > t.hi)) {
         return false;
       }
     }

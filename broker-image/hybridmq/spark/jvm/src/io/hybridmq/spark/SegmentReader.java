@@ -7,8 +7,12 @@ import java.nio.file.Paths;
 import java.nio.file.StandardOpenOption;
 import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.HashMap;
 import java.util.List;
+import java.util.Map;
 
+import org.apache.arrow.flatbuf.KeyValue;
+import org.apache.arrow.flatbuf.Message;
 import org.apache.arrow.flatbuf.RecordBatch;
 import org.apache.arrow.memory.BufferAllocator;
 import org.apache.arrow.memory.RootAllocator;
@@ -37,11 +41,14 @@ import org.apache.spark.unsafe.types.UTF8String;
 /**
  * Reads one segment file (an Arrow IPC file) batch by batch into Spark columnar batches that wrap
  * the Arrow vectors without copying (rows that fail the scan's filter check are dropped, by copying
- * the rest). Only the wanted columns' buffers are read; the partition name
+ * the rest). A batch whose min/max statistics show that no row can pass the filter's ranges is
+ * skipped before any of its buffers is read. Only the wanted columns' buffers are read; the partition name
  * and type are constants of the split, so with no stored column wanted (a count) only each batch's
  * metadata is read.
  */
 final class SegmentReader implements PartitionReader<ColumnarBatch> {
+  private static final String MIN = "hybridmq.min."; // as long as MAX
+  private static final String MAX = "hybridmq.max.";
   private final Segment split;
   private final StructType schema;
   private final BufferAllocator allocator;
@@ -50,14 +57,16 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
   private final List<ArrowBlock> blocks;
   private final ColumnLoader loader; // null when only constant columns (or none) are wanted
   private final RowFilter filter;
+  private final ScanMetrics metrics;
   private final List<FieldVector> owned = new ArrayList<>(); // the current batch's compacted columns
   private int next;
   private ColumnarBatch batch;
 
-  SegmentReader(Segment split, StructType schema, RowFilter filter) throws IOException {
+  SegmentReader(Segment split, StructType schema, RowFilter filter, ScanMetrics metrics) throws IOException {
     this.split = split;
     this.schema = schema;
     this.filter = filter;
+    this.metrics = metrics;
     try {
       channel = FileChannel.open(Paths.get(split.path), StandardOpenOption.READ);
     } catch (NoSuchFileException e) {
@@ -89,8 +98,17 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
       ArrowBlock block = blocks.get(next++);
       int rows;
       VectorSchemaRoot root = reader.getVectorSchemaRoot();
+      Message header = null;
+      if (filter.checksRanges()) {
+        header = header(block);
+        if (!filter.mayMatch(statistics(header))) {
+          metrics.skipped++;
+          continue; // no row of this batch can match: its buffers are not read at all
+        }
+      }
+      metrics.read++;
       if (loader == null) {
-        rows = rowCount(block);
+        rows = rowCount(header == null ? header(block) : header);
       } else {
         rows = loader.load(block);
         if (rows < 0) {
@@ -137,11 +155,41 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
     return n == rows ? null : Arrays.copyOf(selected, n);
   }
 
-  private int rowCount(ArrowBlock block) throws IOException {
+  /** The batch's message metadata alone (not its buffers). */
+  private Message header(ArrowBlock block) throws IOException {
     channel.position(block.getOffset());
     MessageMetadataResult message = MessageSerializer.readMessage(new ReadChannel(channel));
-    RecordBatch header = (RecordBatch) message.getMessage().header(new RecordBatch());
-    return Math.toIntExact(header.length());
+    return message.getMessage();
+  }
+
+  private static int rowCount(Message header) {
+    RecordBatch batch = (RecordBatch) header.header(new RecordBatch());
+    return Math.toIntExact(batch.length());
+  }
+
+  /**
+   * The batch's min/max statistics by column ({@code hybridmq.min.<column>} and {@code
+   * hybridmq.max.<column>} in its custom metadata): {min, max}, a missing or unreadable bound
+   * open; empty for batches written without statistics.
+   */
+  private static Map<String, long[]> statistics(Message header) {
+    Map<String, long[]> stats = new HashMap<>();
+    for (int i = 0; i < header.customMetadataLength(); i++) {
+      KeyValue kv = header.customMetadata(i);
+      String key = kv.key();
+      int bound = key == null ? -1 : key.startsWith(MIN) ? 0 : key.startsWith(MAX) ? 1 : -1;
+      if (bound < 0) {
+        continue;
+      }
+      long[] bounds =
+          stats.computeIfAbsent(key.substring(MIN.length()), k -> new long[] {Long.MIN_VALUE, Long.MAX_VALUE});
+      try {
+        bounds[bound] = Long.parseLong(kv.value());
+      } catch (NumberFormatException e) {
+        // not written by us: that bound stays open
+      }
+    }
+    return stats;
   }
 
   private ColumnVector[] columns(VectorSchemaRoot root, int rows, int[] selected) throws IOException {

@@ -11,10 +11,12 @@ final class SegmentReaderFactory implements PartitionReaderFactory {
   private static final long serialVersionUID = 1L;
   private final StructType schema;
   private final RowFilter filter;
+  private final boolean countOnly;
 
-  SegmentReaderFactory(StructType schema, RowFilter filter) {
+  SegmentReaderFactory(StructType schema, RowFilter filter, boolean countOnly) {
     this.schema = schema;
     this.filter = filter;
+    this.countOnly = countOnly;
   }
 
   @Override
@@ -29,6 +31,9 @@ final class SegmentReaderFactory implements PartitionReaderFactory {
 
   @Override
   public PartitionReader<ColumnarBatch> createColumnarReader(InputPartition partition) {
+    if (countOnly) {
+      return new CountReader((SegmentGroup) partition, filter, schema.size());
+    }
     return new GroupReader((SegmentGroup) partition, schema, filter);
   }
 }
