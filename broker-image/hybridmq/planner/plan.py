@@ -277,20 +277,25 @@ def plan_assignments(
     spec: BrokerClusterSpec | None = None,
     reports: Mapping[str, ReplicaReport] | None = None,
     leaving: Collection[str] = (),
+    stopping: Collection[str] = (),
     now: datetime | None = None,
 ) -> LocalPlan:
     """Plan for a broker-only cluster (``hybridmq local``): no Kubernetes, no finalizers.
 
     ``assignments`` is the current table (empty at start), ``live_mms`` the MMs that are up (any MM
     named in an assignment but not live is lost), ``reports`` the primaries' reports (needed for
-    in-sync changes and for draining on-demand partitions to be collected). Returns the new table
+    in-sync changes and for draining on-demand partitions to be collected), ``stopping`` the live
+    MMs that asked for a graceful handoff (see ``scaling.evacuate``). Returns the new table
     (drained on-demand partitions removed) and the plan, whose events the caller may log.
     """
     spec = spec or BrokerClusterSpec()
     now = now or datetime.now(UTC)
     reports = reports or {}
-    leaving_set = set(leaving)
-    mms = tuple(MessageManager(name=m, leaving=m in leaving_set) for m in sorted(live_mms, key=natural_key))
+    leaving_set, stopping_set = set(leaving), set(stopping)
+    mms = tuple(
+        MessageManager(name=m, leaving=m in leaving_set, stopping=m in stopping_set)
+        for m in sorted(live_mms, key=natural_key)
+    )
     min_in_sync = {a.name: a.min_in_sync for a in assignments}
     targets = {
         PartitionType.FIXED: spec.partitions.fixed.replicas,
