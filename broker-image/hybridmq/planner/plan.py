@@ -1,6 +1,7 @@
 """The planner's entry points.
 
-``plan(state)`` runs one round: observe reports -> fail over -> evacuate -> place -> trim -> create
+``plan(state)`` runs one round: observe reports -> fail over -> evacuate -> place -> trim -> balance
+primaries -> create
 fixed and on-demand partitions -> collect drained on-demand ones -> emit the changes. It is pure,
 level-based and idempotent: planning again on the result of applying a plan changes nothing.
 ``max_creates`` bounds the Partitions one round creates (a cluster of a thousand partitions is
@@ -27,6 +28,7 @@ from hybridmq.api.resources import (
     PartitionStatus,
     partition_to_assignment,
 )
+from hybridmq.planner.balance import rebalance
 from hybridmq.planner.changes import (
     Change,
     CreatePartition,
@@ -147,6 +149,7 @@ def plan(state: ClusterState, max_creates: int | None = None) -> Plan:
         fill_replicas(d, ctx, load)
     for d in drafts:
         trim_extra(d, ctx, load)
+    rebalance(drafts, ctx, load, {name: info.report for name, info in by_name.items()})
     created = create_fixed(ctx, (d.name for d in drafts), load, max_creates)
     on_demand = top_up(ctx, [*drafts, *created], load)
     # Cut after the fact: top_up's extra load bookkeeping only skews this round's placement.

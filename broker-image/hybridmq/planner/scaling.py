@@ -173,8 +173,9 @@ def evacuate(draft: Draft, ctx: Context, load: Load) -> None:
 
 
 def trim_extra(draft: Draft, ctx: Context, load: Load) -> None:
-    """Remove backups beyond the target (e.g. after spec.replicas shrank): out-of-sync ones first,
-    then the lowest ranked. Never the primary, never while an evacuation is running."""
+    """Remove backups beyond the target (after spec.replicas shrank, or a balancing copy caught
+    up, see ``balance.py``) once every replica is in sync: those on the MMs holding the most
+    replicas, then the lowest ranked. Never the primary, never while an evacuation is running."""
     if draft.deleting or draft.draining or draft.primary is None:
         return
     if any(r in ctx.moving_off for r in draft.replicas):
@@ -182,9 +183,11 @@ def trim_extra(draft: Draft, ctx: Context, load: Load) -> None:
     excess = len(draft.replicas) - draft.target
     if excess <= 0:
         return
+    if any(r not in draft.in_sync for r in draft.replicas):
+        return  # a copy catching up (a balancing move) is kept until it is in sync
     backups = [r for r in draft.replicas if r != draft.primary]
-    # Out of sync first, then by rank from the end.
-    order = sorted(backups, key=lambda r: (r in draft.in_sync, -draft.rank(r)))
+    # The most loaded MMs first, then by rank from the end.
+    order = sorted(backups, key=lambda r: (-load.replicas.get(r, 0), -draft.rank(r)))
     removed = order[:excess]
     for mm in removed:
         draft.drop(mm)
