@@ -8,7 +8,7 @@ a second each, every send awaited on its own). Phases:
 1. before: steady load (``--before`` seconds);
 2. roll: each MM gets SIGTERM (graceful handoff: its primaries move to in-sync backups at epoch + 1,
    its backups once a replacement caught up, then it exits), is started again and the cluster
-   settles (every replica in sync) before the next one;
+   settles (every replica in sync, primaries balanced back onto it) before the next one;
 3. kill: the primary of the first partition is killed (SIGKILL), started again, the cluster settles.
 
 A message's stall is the time from its send to its acknowledgement. Then a consumer reads the queue
@@ -146,7 +146,18 @@ def verdict(producers: list[SteadyProducer], stored: dict[tuple[str, int], str])
     }
 
 
+def balanced(cluster: LocalCluster) -> bool:
+    led = dict.fromkeys(cluster.mm_names, 0)
+    for a in cluster.table().values():
+        if a.primary is not None:
+            led[a.primary] += 1
+    return max(led.values()) - min(led.values()) <= 1
+
+
 async def settle(cluster: LocalCluster) -> None:
+    """Every replica in sync and the primaries balanced again (what a roll waits for)."""
+    await asyncio.to_thread(cluster.wait_in_sync, 60)
+    await asyncio.to_thread(cluster.wait_until, lambda: balanced(cluster), 60, "primaries balanced")
     await asyncio.to_thread(cluster.wait_in_sync, 60)
 
 
