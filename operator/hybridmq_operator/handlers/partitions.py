@@ -249,9 +249,11 @@ async def reconcile_round(
         if outcome.failover_records:
             rec.record_failovers(body, state, outcome.failover_records, now)
         _count_changes(rec.name, result)
-        for _name, duration in outcome.failovers:
+        for _name, record in outcome.failover_records:
+            if failover_history.kind_of(record) == "handoff":
+                continue  # planned, not a failure: counted in HANDOFFS
             metrics.FAILOVERS.labels(rec.name).inc()
-            metrics.FAILOVER_SECONDS.labels(rec.name).observe(duration)
+            metrics.FAILOVER_SECONDS.labels(rec.name).observe(record.duration_seconds)
         if outcome.conflicts:
             metrics.CONFLICTS.labels(rec.name).inc(outcome.conflicts)
         if outcome.errors:
