@@ -12,9 +12,10 @@ a second each, every send awaited on its own). Phases:
 3. kill: the primary of the first partition is killed (SIGKILL), started again, the cluster settles.
 
 A message's stall is the time from its send to its acknowledgement. Then a consumer reads the queue
-and the run checks, with its own bookkeeping: every send was acknowledged (``failed_sends``), every
-acknowledged message was consumed (``lost``), no message is stored twice and each producer's
-messages are in order within their partition.
+and a reader of its own reads every partition's log by offset (fetch API), and the run checks, with
+its own bookkeeping: every send was acknowledged (``failed_sends``), every acknowledged message is
+stored (``lost``: neither consumed nor in any log; ``unconsumed``: the consumer gave up first), no
+message is stored twice and each producer's messages are in order within their partition.
 
 Appends one JSON line to ``bench/results/rolling.jsonl``; the last line of the output is
 ``failed_sends=… lost=… max_stall_ms=… p99_ms_during=… p99_ms_before=… max_stall_ms_kill=…``.
@@ -38,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hybridmq.broker.runtime import install_uvloop
-from hybridmq.client import ClientError, Consumer, Message, Producer
+from hybridmq.client import ClientError, Consumer, Fetcher, Message, Producer
 from hybridmq.local.runner import LocalCluster
 
 RESULTS = Path(__file__).resolve().parent / "results" / "rolling.jsonl"
@@ -124,9 +125,34 @@ async def consume_all(bootstrap: str, want: set[str], idle: float) -> dict[tuple
     return stored
 
 
-def verdict(producers: list[SteadyProducer], stored: dict[tuple[str, int], str]) -> dict[str, int]:
+async def read_logs(bootstrap: str) -> dict[tuple[str, int], str]:
+    """Every message of the destination as the partitions' logs hold it (fetch API, by offset):
+    what a consumer that stalled behind a starved machine did not get is still there."""
+    out: dict[tuple[str, int], str] = {}
+    fetcher = await Fetcher.connect(bootstrap, retry_s=60)
+    try:
+        for meta in await fetcher.partitions():
+            offset = meta.start_offset
+            while offset < meta.end_offset:
+                result = await fetcher.fetch(meta.name, offset, max_offset=meta.end_offset)
+                for b in result.batches:
+                    if b.control or b.destination != DEST:
+                        continue
+                    for i, record in enumerate(b.records):
+                        out[(meta.name, b.base_offset + i)] = bytes(record[0]).decode()
+                offset = result.next_offset
+    finally:
+        await fetcher.close()
+    return out
+
+
+def verdict(
+    producers: list[SteadyProducer], stored: dict[tuple[str, int], str], logs: dict[tuple[str, int], str]
+) -> dict[str, int]:
     acked = {f"{p.name}:{n}" for p in producers for n, s in p.sent.items() if s.acked_at is not None}
     values = set(stored.values())
+    in_logs = set(logs.values())
+    stored = {**logs, **stored}  # order and duplicates over everything stored
     positions: dict[str, int] = defaultdict(int)
     for v in stored.values():
         positions[v] += 1
@@ -143,7 +169,8 @@ def verdict(producers: list[SteadyProducer], stored: dict[tuple[str, int], str])
         "failed_sends": sum(
             len(p.failed) + sum(1 for s in p.sent.values() if s.acked_at is None) for p in producers
         ),
-        "lost": len(acked - values),
+        "lost": len(acked - in_logs - values),  # acknowledged, and neither consumed nor in any log
+        "unconsumed": len(acked - values),  # the consumer gave up first (a starved machine)
         "duplicates": sum(1 for n in positions.values() if n > 1),
         "out_of_order": out_of_order,
     }
@@ -212,6 +239,7 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
             await asyncio.gather(*tasks)
             want = {f"{p.name}:{n}" for p in producers for n, s in p.sent.items() if s.acked_at is not None}
             stored = await consume_all(cluster.bootstrap, want, 30)
+            logs = await read_logs(cluster.bootstrap)
             for p in producers:
                 await p.producer.close()
             handoffs = len(cluster.state().get("handoffs", []))
@@ -219,7 +247,7 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
         during = [x for p in producers for x in p.stalls_ms(roll_start, roll_end)]
         kill = [x for p in producers for x in p.stalls_ms(roll_end, kill_end)]
         result: dict[str, object] = {
-            **verdict(producers, stored),
+            **verdict(producers, stored, logs),
             "max_stall_ms": round(max(during, default=0.0), 1),
             "p99_ms_during": round(percentile(during, 0.99), 1),
             "p99_ms_before": round(percentile(before, 0.99), 1),
