@@ -13,6 +13,19 @@ FAILOVER_SECONDS = Histogram(
     ["cluster"],
     buckets=(0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0),
 )
+# Per MM (not per partition): from its loss, or its stop request, until every partition it led had
+# a new primary (the BrokerCluster's status.failovers).
+CLUSTER_FAILOVER_SECONDS = Histogram(
+    "hybridmq_operator_cluster_failover_duration_seconds",
+    "From an MM's loss (failover) or stop request (handoff) until every partition it led has a new primary",
+    ["cluster", "kind"],
+    buckets=(0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0),
+)
+HANDOFFS = Counter(
+    "hybridmq_operator_handoffs_total",
+    "Primaries handed over gracefully by a stopping MM (Partition status writes)",
+    ["cluster"],
+)
 RECONCILE_SECONDS = Histogram(
     "hybridmq_operator_reconcile_seconds",
     "One partition reconcile round (observe, plan, apply)",

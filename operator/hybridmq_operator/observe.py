@@ -130,6 +130,20 @@ def observe_mm(
             deleted_at = parse_time(_meta(pod).get("deletionTimestamp"))
             since = deleted_at - timedelta(seconds=grace) if deleted_at else None
     expiry = lease_expiry(lease) if lease is not None else None
+    report = lease_report(lease)
+    stopping = False
+    if (
+        reason == "pod deleted"
+        and report is not None
+        and report.stopping
+        and expiry is not None
+        and expiry > now
+        and not restarted
+    ):
+        # A planned stop (deletion, roll, drain): the MM got SIGTERM, still renews its Lease and
+        # asks for a graceful handoff. Its replicas move away before it exits; if it dies first,
+        # its Lease lapses and the normal failover follows.
+        reason, since, stopping = None, None, True
     if reason is None and expiry is not None and expiry <= now:
         reason, since = "lease expired", expiry
     if reason is None and restarted:
@@ -149,13 +163,13 @@ def observe_mm(
         and (since is None or timedelta(0) <= seen - since <= timedelta(seconds=1.5))
     ):
         since = seen
-    report = lease_report(lease)
     offsets = {p: r.log_end_offset for p, r in report.partitions.items()} if report else {}
     return MessageManager(
         name=name,
         alive=reason is None,
         ready=reason is None and pod is not None and pod_ready(pod),
         leaving=leaving,
+        stopping=stopping,
         lost_reason=reason,
         lost_since=since if reason is not None else None,
         log_end_offsets=offsets,

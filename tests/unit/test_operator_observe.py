@@ -293,3 +293,18 @@ def test_partition_cache_reparses_only_changed_versions() -> None:
     third = cache.parse([a, b2])
     assert third[0] is first[0] and third[1].status is not None and third[1].status.primary == "demo-mm-1"
     assert len(cache.parse([a])) == 1
+
+
+def test_a_deleted_pod_whose_mm_asks_for_a_handoff_is_stopping_not_lost() -> None:
+    deleting = pod("demo-mm-0", deletionTimestamp=stamp(NOW))
+    asking = MMReport(partitions={"p": PartitionReport(role="primary", epoch=1)}, stopping=True)
+    renewed = NOW - timedelta(milliseconds=200)
+    mm = observe.observe_mm("demo-mm-0", deleting, lease("demo-mm-0", renewed, asking), NOW, False)
+    assert mm.alive and mm.stopping and not mm.eligible
+    # Without the request (an MM that does not hand off), or once its Lease lapsed: lost.
+    silent = MMReport(partitions={"p": PartitionReport(role="primary", epoch=1)})
+    gone = observe.observe_mm("demo-mm-0", deleting, lease("demo-mm-0", renewed, silent), NOW, False)
+    assert not gone.alive and gone.lost_reason == "pod deleted"
+    lapsed = lease("demo-mm-0", NOW - timedelta(seconds=3), asking)
+    dead = observe.observe_mm("demo-mm-0", deleting, lapsed, NOW, False)
+    assert not dead.alive and dead.lost_reason == "pod deleted"

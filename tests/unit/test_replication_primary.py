@@ -248,3 +248,36 @@ def test_messages_round_trip_through_wire_dicts() -> None:
     ):
         wire = msgpack.unpackb(msgpack.packb(to_wire(message)))
         assert from_wire(type(message), wire) == message
+
+
+async def test_replica_removed_while_its_join_is_pending_does_not_hold_the_high_watermark(
+    tmp_path: Path,
+) -> None:
+    """A replacement caught up (its join is proposed, not committed yet) and the controller then
+    drops the replica it replaces (a handoff or a scale-down): the dropped one is in the pending
+    proposal but no longer a replica; acknowledgements must not wait for it."""
+    clock = Clock()
+    never = asyncio.Event()
+
+    async def alter(members: frozenset[str]) -> bool:
+        await never.wait()  # the controller answers with a new table instead
+        return False
+
+    primary = make_primary(
+        tmp_path, clock, replicas=("a", "b"), in_sync=("a", "b"), min_in_sync=2, alter_in_sync=alter
+    )
+    primary.update_assignment(replicas=("a", "b", "c"))  # the replacement starts out of sync
+    first = primary.append(b"r", 3, epoch=1)
+    await primary.log.flush_until(first.end_offset)
+    for replica in ("b", "c"):
+        await fetch(primary, replica, 0)
+        await fetch(primary, replica, 3)
+    assert primary.proposed_in_sync == {"a", "b", "c"}  # c joins: waiting for the controller
+    primary.update_assignment(replicas=("a", "c"), in_sync=("a", "c"))  # b leaves
+    task = asyncio.create_task(primary.produce(b"s", 2, epoch=1))
+    await asyncio.sleep(0.05)
+    await fetch(primary, "c", 3)
+    await fetch(primary, "c", 5)
+    result = await asyncio.wait_for(task, 1)
+    assert result.end_offset == 5 and primary.high_watermark == 5
+    assert primary.in_sync == {"a", "c"}

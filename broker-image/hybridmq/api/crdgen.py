@@ -288,6 +288,13 @@ def brokercluster_crd() -> Schema:
                 "Running with less redundancy than asked for.",
                 priority=1,
             ),
+            _column(
+                "Last-Failover",
+                "number",
+                ".status.lastFailoverSeconds",
+                "Seconds the last failover or handoff took, until every partition had a new primary.",
+                priority=1,
+            ),
             _column("Image", "string", ".spec.image", "Broker image.", priority=1),
             _AGE,
         ],

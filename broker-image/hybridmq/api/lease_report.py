@@ -47,6 +47,9 @@ class MMReport(_Model):
     """Everything one MM holds; ``partitions`` lists every partition with data on its volume."""
 
     partitions: dict[str, PartitionReport] = Field(default_factory=dict)
+    # The MM was asked to stop (SIGTERM) and waits for its replicas to move before it exits: the
+    # graceful handoff request, carried by what the operator (or local controller) already reads.
+    stopping: bool = False
 
     def to_annotation(self) -> str:
         return json.dumps(self.compact(), separators=(",", ":"), sort_keys=True)

@@ -479,6 +479,28 @@ class PartitionCounts(_Model):
     draining: int = Field(default=0, ge=0)
 
 
+MAX_FAILOVER_HISTORY = 10
+
+
+class ClusterFailover(_Model):
+    """One MM's primaries moving away: lost (a failover) or stopping (a graceful handoff)."""
+
+    kind: Literal["failover", "handoff"] = Field(default="failover")
+    lost: str = Field(default="", description="The MM whose primaries moved.")
+    reason: str = Field(default="", description="Why, e.g. 'pod deleted', 'graceful handoff: ...'.")
+    detected_at: datetime | None = Field(
+        default=None, description="When the loss (or the stop request) was first seen."
+    )
+    completed_at: datetime | None = Field(
+        default=None, description="When every partition it led had a new primary (unset: not yet)."
+    )
+    duration_seconds: float | None = Field(
+        default=None, ge=0, description="From detection to completion (unset: not complete)."
+    )
+    partitions: int = Field(default=0, ge=0, description="Partitions that got a new primary.")
+    offline: int = Field(default=0, ge=0, description="Partitions left without an in-sync replica.")
+
+
 class BrokerClusterStatus(_Model):
     observed_generation: int | None = Field(default=None, ge=0)
     conditions: list[Condition] = Field(
@@ -494,6 +516,14 @@ class BrokerClusterStatus(_Model):
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
     )
     partitions: PartitionCounts = Field(default_factory=PartitionCounts)
+    failovers: list[ClusterFailover] = Field(
+        default_factory=list,
+        max_length=MAX_FAILOVER_HISTORY,
+        description="The last failovers and graceful handoffs, newest first.",
+    )
+    last_failover_seconds: float | None = Field(
+        default=None, ge=0, description="Duration of the last completed failover or handoff."
+    )
 
     def broker_entries(self) -> list[BrokerEntry]:
         return [b.to_entry() for b in self.brokers]

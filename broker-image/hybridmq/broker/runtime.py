@@ -28,14 +28,42 @@ def setup_logging(level: str = "INFO", summary_interval: float = DEFAULT_INTERVA
     configure(interval=summary_interval)
 
 
-async def serve_until_signal(start: Callable[[], Awaitable[Any]], stop: Callable[[], Awaitable[Any]]) -> None:
+async def serve_until_signal(
+    start: Callable[[], Awaitable[Any]],
+    stop: Callable[[], Awaitable[Any]],
+    drain: Callable[[], Awaitable[Any]] | None = None,
+) -> None:
+    """Serve until SIGTERM or SIGINT. SIGTERM is a planned stop (a roll, a drain): ``drain`` runs
+    first (an MM's graceful handoff); SIGINT (Ctrl-C, a local cluster's teardown) stops at once."""
     await start()
     done = asyncio.Event()
+    planned = False
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, done.set)
+
+    def on_term() -> None:
+        nonlocal planned
+        planned = True
+        done.set()
+
+    loop.add_signal_handler(signal.SIGTERM, on_term)
+    loop.add_signal_handler(signal.SIGINT, done.set)
     await done.wait()
+    if planned and drain is not None:
+        drain_task = asyncio.ensure_future(drain())
+        interrupted = asyncio.ensure_future(_signalled(loop))
+        await asyncio.wait({drain_task, interrupted}, return_when=asyncio.FIRST_COMPLETED)
+        for t in (drain_task, interrupted):
+            t.cancel()
+        await asyncio.gather(drain_task, interrupted, return_exceptions=True)
     await stop()
+
+
+async def _signalled(loop: asyncio.AbstractEventLoop) -> None:
+    """Returns at the next SIGTERM or SIGINT (a second signal cuts a drain short)."""
+    again = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, again.set)
+    await again.wait()
 
 
 def run(main: Coroutine[Any, Any, Any], name: str = "node") -> None:

@@ -68,7 +68,7 @@ def _cluster_secret(args: argparse.Namespace) -> str:
         sys.exit(f"hybridmq {args.cmd}: {exc}")
 
 
-async def _run_server(server: Any, http_bind: str | None) -> None:
+async def _run_server(server: Any, http_bind: str | None, handoff_timeout: float = 0.0) -> None:
     from hybridmq.broker.http import start_http
     from hybridmq.broker.runtime import serve_until_signal
 
@@ -87,7 +87,10 @@ async def _run_server(server: Any, http_bind: str | None) -> None:
             await runner.cleanup()
         await server.stop()
 
-    await serve_until_signal(start, stop)
+    async def drain() -> None:
+        await server.hand_off(handoff_timeout)
+
+    await serve_until_signal(start, stop, drain if handoff_timeout > 0 else None)
 
 
 def cmd_mm(args: argparse.Namespace) -> None:
@@ -117,7 +120,7 @@ def cmd_mm(args: argparse.Namespace) -> None:
         mm = message_manager(config, controller=args.controller, assignments=args.assignments)
     except TlsConfigError as exc:
         sys.exit(f"hybridmq mm: TLS: {exc}")
-    run(_run_server(mm, args.http_bind), args.name)
+    run(_run_server(mm, args.http_bind, args.handoff_timeout), args.name)
 
 
 def cmd_cm(args: argparse.Namespace) -> None:
@@ -264,6 +267,12 @@ def main(argv: list[str] | None = None) -> None:
     mm.add_argument("--segment-bytes", type=int, default=int(_env("SEGMENT_BYTES", str(64 << 20)) or 0))
     mm.add_argument("--retention-interval", type=float, default=float(_env("RETENTION_INTERVAL", "5") or 5))
     mm.add_argument("--max-redeliveries", type=int, default=int(_env("MAX_REDELIVERIES", "5") or 5))
+    mm.add_argument(
+        "--handoff-timeout",
+        type=float,
+        default=float(_env("HANDOFF_TIMEOUT", "10") or 0),
+        help="seconds a SIGTERM waits for this MM's replicas to move before it exits (0: exit at once)",
+    )
     mm.set_defaults(func=cmd_mm)
 
     cm = sub.add_parser("cm", help="run a Connection Manager")

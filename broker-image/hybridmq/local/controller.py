@@ -17,7 +17,11 @@ local user can neither fake a heartbeat, read the table nor kill an MM:
   version exceeds ``V`` (or after ``S`` seconds). The format is ``StaticAssignmentSource``'s JSON.
 * ``POST /kill/{mm}?signal=KILL|STOP|CONT|TERM`` and ``POST /start/{mm}``: through the callbacks of
   whoever owns the processes (``LocalCluster``).
-* ``GET /state``: liveness, reports, the table and the last planner events.
+* ``GET /state``: liveness, reports, the table, the last planner events, failovers and handoffs.
+
+An MM whose report says ``stopping`` (it got SIGTERM) is planned at once as a graceful handoff:
+its primaries move to in-sync replicas at ``epoch + 1`` and its backups once replacements caught
+up (``planner.scaling.evacuate``); the MM exits when the table no longer names it.
 
 The controller runs its own event loop in a daemon thread (``start``/``stop``), so a synchronous
 owner (tests, the ``hybridmq local`` command) can use it.
@@ -133,6 +137,8 @@ class LocalController:
         self.live: frozenset[str] = frozenset(self.mm_names)
         self.events: list[dict[str, Any]] = []
         self.failovers: list[dict[str, Any]] = []
+        self.handoffs: list[dict[str, Any]] = []
+        self._planned_stopping: frozenset[str] = frozenset()
         self._grace_until = time.monotonic() + startup_grace_s
         self._dirty = False
         self._last_plan = 0.0
@@ -236,8 +242,15 @@ class LocalController:
             self.replan(now)
         self.restarted.clear()
 
+    def _stopping(self) -> frozenset[str]:
+        """Live MMs whose report asks for a graceful handoff (they got SIGTERM)."""
+        return frozenset(m for m, r in self.reports.items() if r.stopping and m in self.live)
+
     def _urgent(self) -> bool:
-        """A primary proposes a different in-sync set, or a draining partition is empty."""
+        """An MM asks for a graceful handoff, a primary proposes a different in-sync set, or a
+        draining partition is empty."""
+        if self._stopping() != self._planned_stopping:
+            return True
         for a in self.assignments:
             own = self.reports.get(a.primary or "")
             rep = own.partitions.get(a.name) if own is not None else None
@@ -274,17 +287,21 @@ class LocalController:
         self._last_plan = now if now is not None else time.monotonic()
         self._dirty = False
         live_reports = {m: r for m, r in self.reports.items() if m in self.live}
+        self._planned_stopping = self._stopping()
         result = plan_assignments(
             self.assignments,
             self.live,
             spec=self.spec,
             reports=replica_reports(self.assignments, live_reports),
+            stopping=self._planned_stopping,
         )
         for change in result.plan.changes:
             for ev in getattr(change, "events", ()) or ():
                 self._event(ev.reason, ev.message)
                 if ev.reason == "FailedOver":
                     self.failovers.append({"time": time.time(), "message": ev.message})
+                elif ev.reason == "HandedOff":
+                    self.handoffs.append({"time": time.time(), "message": ev.message})
         if result.assignments != self.assignments:
             self.assignments = result.assignments
             self.version += 1
@@ -316,6 +333,8 @@ class LocalController:
             "reports": {m: r.model_dump(mode="json") for m, r in self.reports.items()},
             "events": self.events[-50:],
             "failovers": self.failovers,
+            "handoffs": self.handoffs,
+            "stopping": sorted(self._stopping()),
         }
 
     def heartbeat(self, name: str, incarnation: str, report: MMReport | None) -> dict[str, Any]:

@@ -39,6 +39,11 @@ class Context:
         self.leaving: frozenset[str] = frozenset(
             m.name for m in state.message_managers if m.alive and m.leaving
         )
+        self.stopping: frozenset[str] = frozenset(
+            m.name for m in state.message_managers if m.alive and m.stopping
+        )
+        # Replicas to move off: a scale-down's or a graceful stop's (the same make-before-break).
+        self.moving_off: frozenset[str] = self.leaving | self.stopping
         # Alive, ready, not leaving: may receive new replicas. Natural order for determinism.
         self.eligible: tuple[str, ...] = tuple(
             sorted((m.name for m in state.message_managers if m.eligible), key=natural_key)
@@ -53,6 +58,9 @@ class Context:
         if info is None:
             return "message manager no longer exists"
         return info.lost_reason or "message manager lost"
+
+    def why_moving(self, mm: str) -> str:
+        return "stopping" if mm in self.stopping else "scale-down"
 
     def lost_for_seconds(self, mm: str) -> float:
         info = self.mms.get(mm)

@@ -141,7 +141,7 @@ def fill_replicas(draft: Draft, ctx: Context, load: Load) -> None:
         return
     if draft.draining or draft.primary is None or not ctx.is_alive(draft.primary):
         return
-    missing = draft.target - sum(1 for r in draft.replicas if r not in ctx.leaving)
+    missing = draft.target - sum(1 for r in draft.replicas if r not in ctx.moving_off)
     if missing <= 0:
         return
     added = pick_backups(missing, ctx.eligible, load, exclude=set(draft.replicas), primary=draft.primary)

@@ -1,6 +1,7 @@
 """The planner's entry points.
 
-``plan(state)`` runs one round: observe reports -> fail over -> evacuate -> place -> trim -> create
+``plan(state)`` runs one round: observe reports -> fail over -> evacuate -> place -> trim -> balance
+primaries -> create
 fixed and on-demand partitions -> collect drained on-demand ones -> emit the changes. It is pure,
 level-based and idempotent: planning again on the result of applying a plan changes nothing.
 ``max_creates`` bounds the Partitions one round creates (a cluster of a thousand partitions is
@@ -27,6 +28,7 @@ from hybridmq.api.resources import (
     PartitionStatus,
     partition_to_assignment,
 )
+from hybridmq.planner.balance import rebalance
 from hybridmq.planner.changes import (
     Change,
     CreatePartition,
@@ -147,6 +149,7 @@ def plan(state: ClusterState, max_creates: int | None = None) -> Plan:
         fill_replicas(d, ctx, load)
     for d in drafts:
         trim_extra(d, ctx, load)
+    rebalance(drafts, ctx, load, {name: info.report for name, info in by_name.items()})
     created = create_fixed(ctx, (d.name for d in drafts), load, max_creates)
     on_demand = top_up(ctx, [*drafts, *created], load)
     # Cut after the fact: top_up's extra load bookkeeping only skews this round's placement.
@@ -277,20 +280,25 @@ def plan_assignments(
     spec: BrokerClusterSpec | None = None,
     reports: Mapping[str, ReplicaReport] | None = None,
     leaving: Collection[str] = (),
+    stopping: Collection[str] = (),
     now: datetime | None = None,
 ) -> LocalPlan:
     """Plan for a broker-only cluster (``hybridmq local``): no Kubernetes, no finalizers.
 
     ``assignments`` is the current table (empty at start), ``live_mms`` the MMs that are up (any MM
     named in an assignment but not live is lost), ``reports`` the primaries' reports (needed for
-    in-sync changes and for draining on-demand partitions to be collected). Returns the new table
+    in-sync changes and for draining on-demand partitions to be collected), ``stopping`` the live
+    MMs that asked for a graceful handoff (see ``scaling.evacuate``). Returns the new table
     (drained on-demand partitions removed) and the plan, whose events the caller may log.
     """
     spec = spec or BrokerClusterSpec()
     now = now or datetime.now(UTC)
     reports = reports or {}
-    leaving_set = set(leaving)
-    mms = tuple(MessageManager(name=m, leaving=m in leaving_set) for m in sorted(live_mms, key=natural_key))
+    leaving_set, stopping_set = set(leaving), set(stopping)
+    mms = tuple(
+        MessageManager(name=m, leaving=m in leaving_set, stopping=m in stopping_set)
+        for m in sorted(live_mms, key=natural_key)
+    )
     min_in_sync = {a.name: a.min_in_sync for a in assignments}
     targets = {
         PartitionType.FIXED: spec.partitions.fixed.replicas,

@@ -1,12 +1,14 @@
 """Scaling: fixed partitions up to ``partitions.fixed.count``, evacuation of MMs that will be
 removed by a scale-down, and trimming replica sets that grew past their target.
 
-Evacuation of a replica on a leaving MM, step by step (each step idempotent, level-based):
+Evacuation of a replica on a leaving MM (scale-down) or a stopping one (graceful handoff: the MM
+got SIGTERM and waits for this before it exits), step by step (each step idempotent, level-based):
 1. add a replacement backup on an eligible MM (it starts out of sync and catches up);
-2. if the primary is leaving, hand it over to an in-sync replica that stays (epoch + 1); an
+2. if the primary is leaving, hand it over to an in-sync replica that stays (epoch + 1) at once:
+   the old primary stays an in-sync backup, so the partition keeps its copies meanwhile; an
    on-demand partition whose primary leaves drains instead of taking new writes;
 3. once the staying replicas are in sync, drop the leaving ones.
-A leaving MM that holds no replica any more is safe to remove.
+A leaving MM that holds no replica any more is safe to remove; a stopping one may exit.
 
 A scale-down never leaves a partition with fewer copies than its minInSync: when the MMs that stay
 cannot hold that many, ``blocked_scale_down`` says so, ``plan()`` plans as if no MM were leaving
@@ -118,10 +120,10 @@ def create_fixed(ctx: Context, existing: Iterable[str], load: Load, limit: int |
 
 
 def evacuate(draft: Draft, ctx: Context, load: Load) -> None:
-    """Move the replicas of ``draft`` off leaving MMs (see the module docstring)."""
+    """Move the replicas of ``draft`` off leaving and stopping MMs (see the module docstring)."""
     if draft.deleting or not draft.placed or draft.state == PartitionState.DRAINED:
         return
-    leaving = [r for r in draft.replicas if r in ctx.leaving]
+    leaving = [r for r in draft.replicas if r in ctx.moving_off]
     if not leaving:
         return
     if draft.primary is None:
@@ -129,7 +131,7 @@ def evacuate(draft: Draft, ctx: Context, load: Load) -> None:
     if draft.is_on_demand and draft.primary in leaving:
         start_draining(draft, ctx, f"its primary {draft.primary} is being removed")
     need = 1 if draft.draining else draft.target
-    staying = [r for r in draft.replicas if r not in ctx.leaving]
+    staying = [r for r in draft.replicas if r not in ctx.moving_off]
     # 1. replacements
     if len(staying) < need:
         added = pick_backups(
@@ -142,17 +144,24 @@ def evacuate(draft: Draft, ctx: Context, load: Load) -> None:
         if added:
             draft.event(
                 "ReplicaPlaced",
-                f"added backup {', '.join(added)} to move replicas off {', '.join(leaving)} (scale-down)",
+                f"added backup {', '.join(added)} to move replicas off {', '.join(leaving)} "
+                f"({', '.join(sorted({ctx.why_moving(mm) for mm in leaving}))})",
             )
     # 2. primary hand-over
-    if draft.primary in ctx.leaving:
+    if draft.primary in ctx.moving_off:
         refresh_offsets(draft, ctx, draft.in_sync)
         new = best_candidate(draft, lambda mm: mm in staying and ctx.is_alive(mm))
         if new is None:
             return  # wait until a staying replica is in sync
         old = draft.primary
-        hand_over(draft, ctx, load, new, f"evacuating {old} (scale-down)", 0.0)
-        draft.event("PrimaryMoved", f"primary {old} -> {new} at epoch {draft.epoch}: {old} is being removed")
+        if old in ctx.stopping:
+            hand_over(draft, ctx, load, new, f"graceful handoff: {old} is stopping", 0.0)
+            draft.event("HandedOff", f"primary {old} -> {new} at epoch {draft.epoch}: {old} is stopping")
+        else:
+            hand_over(draft, ctx, load, new, f"evacuating {old} (scale-down)", 0.0)
+            draft.event(
+                "PrimaryMoved", f"primary {old} -> {new} at epoch {draft.epoch}: {old} is being removed"
+            )
     # 3. drop leaving replicas once what stays is in sync, and never below minInSync copies
     in_sync_staying = [r for r in staying if r in draft.in_sync]
     required = 1 if draft.draining else required_in_sync(draft.spec, ctx.spec)
@@ -164,18 +173,21 @@ def evacuate(draft: Draft, ctx: Context, load: Load) -> None:
 
 
 def trim_extra(draft: Draft, ctx: Context, load: Load) -> None:
-    """Remove backups beyond the target (e.g. after spec.replicas shrank): out-of-sync ones first,
-    then the lowest ranked. Never the primary, never while an evacuation is running."""
+    """Remove backups beyond the target (after spec.replicas shrank, or a balancing copy caught
+    up, see ``balance.py``) once every replica is in sync: those on the MMs holding the most
+    replicas, then the lowest ranked. Never the primary, never while an evacuation is running."""
     if draft.deleting or draft.draining or draft.primary is None:
         return
-    if any(r in ctx.leaving for r in draft.replicas):
+    if any(r in ctx.moving_off for r in draft.replicas):
         return
     excess = len(draft.replicas) - draft.target
     if excess <= 0:
         return
+    if any(r not in draft.in_sync for r in draft.replicas):
+        return  # a copy catching up (a balancing move) is kept until it is in sync
     backups = [r for r in draft.replicas if r != draft.primary]
-    # Out of sync first, then by rank from the end.
-    order = sorted(backups, key=lambda r: (r in draft.in_sync, -draft.rank(r)))
+    # The most loaded MMs first, then by rank from the end.
+    order = sorted(backups, key=lambda r: (-load.replicas.get(r, 0), -draft.rank(r)))
     removed = order[:excess]
     for mm in removed:
         draft.drop(mm)

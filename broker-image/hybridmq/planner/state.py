@@ -36,13 +36,16 @@ class MessageManager:
     ``alive``: the pod exists, has not failed and its Lease is fresh; an MM that is not alive is
     *lost* and its replicas fail over. ``ready``: its readiness probe passes; only alive, ready MMs
     that are not ``leaving`` receive new replicas. ``leaving``: the MM will be removed by a
-    scale-down, so its replicas are moved away first.
+    scale-down, so its replicas are moved away first. ``stopping``: the MM was asked to stop (SIGTERM:
+    a roll, a drain) and asks for its replicas to move before it exits (graceful handoff): its
+    primaries go to in-sync replicas at once, its backups once a replacement is in sync.
     """
 
     name: str
     alive: bool = True
     ready: bool = True
     leaving: bool = False
+    stopping: bool = False
     lost_reason: str | None = None  # "pod deleted", "lease expired", ...
     lost_since: datetime | None = None  # when the loss was first observed (for failover duration)
     # The MM's own report: log end offset of each partition it holds.
@@ -53,7 +56,7 @@ class MessageManager:
     @property
     def eligible(self) -> bool:
         """May receive new replicas."""
-        return self.alive and self.ready and not self.leaving
+        return self.alive and self.ready and not self.leaving and not self.stopping
 
 
 @dataclass(frozen=True, slots=True)

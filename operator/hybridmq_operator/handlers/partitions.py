@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import Counter
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -20,7 +21,7 @@ import kopf
 
 from hybridmq.api.resources import FailoverRecord
 from hybridmq.planner import DeletePartition, Plan, ReleaseFinalizer, plan
-from hybridmq_operator import incarnations, kube, metrics, names, observe
+from hybridmq_operator import failover_history, incarnations, kube, metrics, names, observe
 from hybridmq_operator.apply import Outcome, apply_plan, writer_pool
 from hybridmq_operator.handlers import indexes
 from hybridmq_operator.handlers.scale_down import reconcile_scale_down
@@ -62,6 +63,31 @@ class Reconciler:
         self.pool = writer_pool(f"{namespace}/{name}")
         self.fingerprint: Any = None
         self.planned_at = 0.0
+        self.first_seen_stopping: dict[str, datetime] = {}
+        self.failovers: list[dict[str, Any]] | None = None  # status.failovers; None: read the body's
+
+    def record_failovers(
+        self, body: Mapping[str, Any], state: Any, records: list[tuple[str, FailoverRecord]], now: datetime
+    ) -> None:
+        """Add this round's primary changes to the failover history; metrics for what completed."""
+        before = self.failovers
+        if before is None:
+            before = list((body.get("status") or {}).get("failovers") or [])
+        led = Counter(
+            info.status.primary
+            for info in state.partitions
+            if info.status is not None and info.status.primary
+        )
+        led.subtract(Counter(r.from_ for _, r in records if r.from_))
+        after = failover_history.record_round(before, records, now, self.first_seen_stopping, led)
+        for entry in failover_history.completed_in(before, after):
+            metrics.CLUSTER_FAILOVER_SECONDS.labels(self.name, entry.kind).observe(
+                entry.duration_seconds or 0.0
+            )
+        handoffs = sum(1 for _, r in records if failover_history.kind_of(r) == "handoff")
+        if handoffs:
+            metrics.HANDOFFS.labels(self.name).inc(handoffs)
+        self.failovers = after
 
     def unchanged(self, state: Any, settings: ClusterSettings) -> bool:
         """Nothing the planner reads changed since the last plan (and it is not time for a full
@@ -97,6 +123,12 @@ class Reconciler:
             self.deleted[name] = time.monotonic()
 
     def track_losses(self, state: Any, now: datetime) -> None:
+        stopping = {m.name for m in state.message_managers if m.alive and m.stopping}
+        for name in stopping:
+            self.first_seen_stopping.setdefault(name, now)
+        for name in list(self.first_seen_stopping):
+            if name not in stopping:
+                del self.first_seen_stopping[name]
         lost = {m.name for m in state.message_managers if not m.alive}
         for name in lost:
             self.first_seen_lost.setdefault(name, now)
@@ -214,10 +246,14 @@ async def reconcile_round(
                 reason=reason,
                 message=message,
             )
+        if outcome.failover_records:
+            rec.record_failovers(body, state, outcome.failover_records, now)
         _count_changes(rec.name, result)
-        for _name, duration in outcome.failovers:
+        for _name, record in outcome.failover_records:
+            if failover_history.kind_of(record) == "handoff":
+                continue  # planned, not a failure: counted in HANDOFFS
             metrics.FAILOVERS.labels(rec.name).inc()
-            metrics.FAILOVER_SECONDS.labels(rec.name).observe(duration)
+            metrics.FAILOVER_SECONDS.labels(rec.name).observe(record.duration_seconds)
         if outcome.conflicts:
             metrics.CONFLICTS.labels(rec.name).inc(outcome.conflicts)
         if outcome.errors:
@@ -231,7 +267,7 @@ async def reconcile_round(
         # The failovers of restarted MMs are applied: their new processes are accounted for.
         await asyncio.to_thread(_record_incarnations, rec, snapshot)
     block = await reconcile_scale_down(snapshot, state, settings, result, logger)
-    await rec.status.write(body, snapshot, state, settings, block, now)
+    await rec.status.write(body, snapshot, state, settings, block, now, rec.failovers)
     return result
 
 

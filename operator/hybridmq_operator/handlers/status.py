@@ -18,7 +18,7 @@ import kopf
 
 from hybridmq.api.resources import PartitionState, PartitionType
 from hybridmq.planner import ClusterState, ScaleDownBlock
-from hybridmq_operator import kube, metrics, names, observe, problems
+from hybridmq_operator import failover_history, kube, metrics, names, observe, problems
 from hybridmq_operator.apply import object_ref
 from hybridmq_operator.handlers import children, cluster_status
 from hybridmq_operator.settings import ClusterSettings
@@ -74,8 +74,10 @@ class StatusWriter:
         settings: ClusterSettings,
         block: ScaleDownBlock | None,
         now: datetime,
+        failovers: list[dict[str, Any]] | None = None,
     ) -> None:
-        """The status from the state this round planned on; patched only when it changed."""
+        """The status from the state this round planned on; patched only when it changed.
+        ``failovers``: the failover history (None: keep what the status has)."""
         obs = observe.cluster_observation(state, snapshot, settings.cm_replicas, settings.mm_replicas)
         obs = replace(
             obs,
@@ -99,6 +101,12 @@ class StatusWriter:
             now,
             on_demand_expected=settings.on_demand_per_mm > 0,
         )
+        history = failovers if failovers is not None else previous.get("failovers")
+        if history:
+            status["failovers"] = history
+            last = failover_history.last_duration(history)
+            if last is not None:
+                status["lastFailoverSeconds"] = last
         if cluster_status.changed(previous, status):
             await asyncio.to_thread(
                 kube.merge_patch,

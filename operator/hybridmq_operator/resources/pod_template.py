@@ -63,8 +63,15 @@ def broker_env(settings: ClusterSettings, role: str) -> list[dict[str, Any]]:
             {"name": "HYBRIDMQ_DATA_DIR", "value": names.DATA_MOUNT},
             {"name": "HYBRIDMQ_LEASE_DURATION_SECONDS", "value": str(settings.lease_duration_seconds)},
             {"name": "HYBRIDMQ_LEASE_RENEW_MILLISECONDS", "value": str(settings.lease_renew_milliseconds)},
+            # SIGTERM (deletion, roll, drain): hand the replicas over first, within the grace period.
+            {"name": "HYBRIDMQ_HANDOFF_TIMEOUT", "value": str(HANDOFF_TIMEOUT_SECONDS)},
         ]
     return env
+
+
+# The MM's graceful handoff must end (and the MM stop cleanly) before the kubelet's SIGKILL.
+TERMINATION_GRACE_SECONDS = 10
+HANDOFF_TIMEOUT_SECONDS = TERMINATION_GRACE_SECONDS - 2
 
 
 def _probe(path: str, period: int, failures: int, tls: bool) -> dict[str, Any]:
@@ -132,7 +139,7 @@ def pod_template(settings: ClusterSettings, role: str) -> dict[str, Any]:
         },
         "spec": {
             "serviceAccountName": names.service_account_name(settings.name),
-            "terminationGracePeriodSeconds": 10,
+            "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
             "securityContext": {"runAsNonRoot": True, "runAsUser": 10001, "fsGroup": 10001},
             "containers": [broker_container(settings, role)],
             "volumes": volumes,

@@ -123,6 +123,7 @@ class ReplicaManager:
         self._task: asyncio.Task[None] | None = None
         self._serving: set[asyncio.Task[None]] = set()
         self.step = "idle"  # what the reconciler is doing (stats)
+        self.stopping = False  # asked to stop: the report requests a graceful handoff (handoff.py)
         self._budget: asyncio.Timeout | None = None  # the reconcile round's bound against hangs
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -449,7 +450,7 @@ class ReplicaManager:
                 )
             else:
                 partitions[name] = PartitionReport(role="backup", epoch=max(r.epoch, 0), log_end_offset=leo)
-        return MMReport(partitions=partitions).compact()
+        return MMReport(partitions=partitions, stopping=self.stopping).compact()
 
     def stats(self) -> dict[str, Any]:
         out: dict[str, Any] = {"_reconciling": self.step}

@@ -26,6 +26,7 @@ from hybridmq.broker.auth import cluster_secret
 from hybridmq.broker.destinations.delivery import ConsumerLink
 from hybridmq.broker.log_events import LogEventBuffer
 from hybridmq.broker.mm import acks, fetch_handler, reader_commit
+from hybridmq.broker.mm.handoff import hand_off
 from hybridmq.broker.mm.internal_log import open_internal_log
 from hybridmq.broker.mm.liveness import Liveness, NoLease
 from hybridmq.broker.mm.partition import PartitionHost
@@ -133,6 +134,10 @@ class MessageManager:
         self.replica_manager.start()
         # After the source: a primary accepts writes only once its lease is valid.
         await self.liveness.start(self)
+
+    async def hand_off(self, timeout_s: float) -> str:
+        """Before ``stop`` on a planned stop (SIGTERM): move this MM's replicas away (handoff.py)."""
+        return await hand_off(self, timeout_s)
 
     async def stop(self) -> None:
         await self.liveness.stop()  # first: nothing is acknowledged once another may be promoted

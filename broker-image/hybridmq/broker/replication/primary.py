@@ -472,7 +472,13 @@ class PartitionPrimary:
             for replica in list(self._states):
                 if replica not in self._replicas:
                     del self._states[replica]
-            self._in_sync = self._in_sync & (set(self._replicas) | {self.replica_id})
+            members = set(self._replicas) | {self.replica_id}
+            self._in_sync = self._in_sync & members
+            if self._proposed is not None:
+                # A replica the operator dropped is never promoted: a pending proposal that still
+                # names it must not hold the HW back (it has no fetch state any more) nor keep the
+                # operator's in-sync set from being committed below.
+                self._proposed = self._proposed & members
             self._maintain_in_sync(now)
         if min_in_sync is not None:
             self._min_in_sync = min_in_sync

@@ -74,6 +74,9 @@ class Sender:
         self.resent = 0  # batches resent on a new connection
         self.on_refused: Callable[[Refused], bool] = lambda refused: False  # the move takes it?
         self._reconnect_parked: list[tuple[Frame, Result, int]] = []
+        # Refused as out of order (an earlier batch is being resent): go again once a batch is
+        # acknowledged. Result -> (frame, size, deadline, next delay).
+        self._after_ack: dict[Result, tuple[Frame, int, float, float]] = {}
 
     @property
     def idle(self) -> bool:
@@ -148,6 +151,17 @@ class Sender:
                     if self.on_refused((frame, result, size, deadline)):
                         return
                     self.chains[result] = frame["p"]
+                if (
+                    exc.code == ErrorCode.OUT_OF_ORDER_SEQUENCE
+                    and len(self.outstanding) > 1
+                    and loop.time() + MAX_RETRY_S < deadline
+                ):
+                    # An earlier batch is not stored yet (it waits for its own resend): on a timer
+                    # whose back-off doubles, each later batch would wait longer than the one
+                    # before, and a steady producer would never catch up after a failover.
+                    self._after_ack[result] = (frame, size, deadline, delay)
+                    loop.call_later(MAX_RETRY_S, self._resend_waiting, result)
+                    return
                 if exc.code in RETRIABLE and loop.time() + delay < deadline:
                     # e.g. the MM restarted or the partition moved to a new primary: resend; the
                     # MM drops what it already stored, and later batches wait their turn.
@@ -181,6 +195,9 @@ class Sender:
             self.seq = 0
         if exc is None and self.send_log is not None:
             self.send_log.acked(frame)
+        if exc is None and self._after_ack:
+            for waiting in sorted(self._after_ack, key=lambda r: _order(self._after_ack[r][0])):
+                self._resend_waiting(waiting)
         if result.done():
             return
         if exc is None:
@@ -189,6 +206,14 @@ class Sender:
             result.set_exception(ClientError(exc.code, exc.msg))
         else:
             result.set_exception(self.session.error or exc)
+
+    def _resend_waiting(self, result: Result) -> None:
+        """Resend a batch refused as out of order (after an acknowledgement, or its fallback timer)."""
+        entry = self._after_ack.pop(result, None)
+        if entry is None or result.done():
+            return
+        frame, size, deadline, delay = entry
+        self.attempt(frame, result, size, deadline, delay)
 
     def _lost_with_connection(self, exc: BaseException) -> bool:
         session = self.session
@@ -210,6 +235,10 @@ class Sender:
         error = self.session.error or ConnectionError("no CM reachable")
         for frame, result, size in parked:
             self.finish(frame, result, size, error)
+
+
+def _order(frame: Frame) -> tuple[int, int]:
+    return int(frame["pep"]), int(frame["seq"])
 
 
 def _retrieve(result: Result) -> None:

@@ -1,0 +1,53 @@
+"""Balancing primaries in the pure planner: a returning (empty) MM gets primaries back, one
+confirmed step at a time, until the MMs lead within one of each other."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from hybridmq.api.assignment import PartitionAssignment
+from hybridmq.local.controller import cluster_spec
+from hybridmq.planner import ReplicaReport, plan_assignments
+
+MMS = ("mm-0", "mm-1", "mm-2")
+SPEC = cluster_spec(fixed=6, replicas=2, on_demand_per_mm=0)
+
+
+def caught_up(table: tuple[PartitionAssignment, ...]) -> dict[str, ReplicaReport]:
+    """Every primary reports at its epoch with every replica in sync (the brokers followed)."""
+    return {
+        a.name: ReplicaReport(reporter=a.primary, epoch=a.epoch, in_sync=tuple(a.replicas))
+        for a in table
+        if a.primary is not None
+    }
+
+
+def primaries(table: tuple[PartitionAssignment, ...]) -> Counter[str]:
+    return Counter({mm: 0 for mm in MMS} | Counter(a.primary for a in table if a.primary))
+
+
+def test_a_returning_mm_gets_primaries_back_until_balanced() -> None:
+    table = plan_assignments([], MMS, spec=SPEC).assignments
+    # mm-0 is lost: its partitions fail over and get replacement copies on the others.
+    for _ in range(3):
+        table = plan_assignments(table, ("mm-1", "mm-2"), spec=SPEC, reports=caught_up(table)).assignments
+    assert all("mm-0" not in a.replicas for a in table)
+    assert primaries(table)["mm-0"] == 0
+    epochs = {a.name: a.epoch for a in table}
+
+    steps = 0
+    while max(primaries(table).values()) - min(primaries(table).values()) > 1:
+        before = table
+        # Without the brokers' confirmation (no reports), nothing moves: one step at a time.
+        assert plan_assignments(table, MMS, spec=SPEC).assignments == table
+        table = plan_assignments(table, MMS, spec=SPEC, reports=caught_up(table)).assignments
+        assert table != before, "no progress"
+        for a in table:
+            assert len(a.replicas) in (2, 3) and a.primary in a.in_sync
+            moved = next(b for b in before if b.name == a.name).primary != a.primary
+            assert not moved or a.epoch == next(b for b in before if b.name == a.name).epoch + 1
+        steps += 1
+        assert steps < 30
+    assert max(primaries(table).values()) - min(primaries(table).values()) <= 1
+    assert all(len(a.replicas) == 2 for a in table)
+    assert any(a.epoch > epochs[a.name] for a in table)
