@@ -36,7 +36,9 @@ class MessageManager:
     ``alive``: the pod exists, has not failed and its Lease is fresh; an MM that is not alive is
     *lost* and its replicas fail over. ``ready``: its readiness probe passes; only alive, ready MMs
     that are not ``leaving`` receive new replicas. ``leaving``: the MM will be removed by a
-    scale-down, so its replicas are moved away first.
+    scale-down, so its replicas are moved away first. ``accounted``: the operator knows the MM
+    process behind the pod (it saw the pod's own Lease and recorded its incarnation); until then
+    the MM gets no new replicas, or its first Lease would look like a restart of what it was given.
     """
 
     name: str
@@ -49,11 +51,12 @@ class MessageManager:
     log_end_offsets: Mapping[str, int] = field(default_factory=dict)
     # The partitions whose data the MM still holds on disk; None when it has not reported.
     stored: frozenset[str] | None = None
+    accounted: bool = True
 
     @property
     def eligible(self) -> bool:
         """May receive new replicas."""
-        return self.alive and self.ready and not self.leaving
+        return self.alive and self.ready and not self.leaving and self.accounted
 
 
 @dataclass(frozen=True, slots=True)

@@ -148,10 +148,11 @@ def waiting_for_initial_mms(
     snapshot: observe.Snapshot, state: Any, settings: ClusterSettings, now: datetime
 ) -> bool:
     """A new cluster waits (up to ``INITIAL_WAIT_S``) for all its MMs before the first placement,
-    so that the first partitions spread over every MM instead of the first one to be ready."""
+    so that the first partitions spread over every MM instead of the first one to be ready (and
+    whose process the operator has accounted for: only those receive replicas)."""
     if snapshot.partitions:
         return False
-    ready = sum(1 for m in state.message_managers if m.ready)
+    ready = sum(1 for m in state.message_managers if m.ready and m.accounted)
     created = observe.parse_time((snapshot.cluster.get("metadata") or {}).get("creationTimestamp"))
     young = created is not None and (now - created).total_seconds() < INITIAL_WAIT_S
     return ready < settings.mm_replicas and young
