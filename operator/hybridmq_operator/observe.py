@@ -120,6 +120,7 @@ def observe_mm(
     replaced: bool = False,
     had_lease: bool = False,
     accounted: bool = True,
+    domain: str | None = None,
 ) -> MessageManager:
     """One MM as the planner sees it. ``first_seen_lost`` remembers losses without a timestamp;
     ``lease`` must be the pod's own (``incarnations.own_lease``); ``holds_replicas``: a Partition
@@ -168,6 +169,7 @@ def observe_mm(
         log_end_offsets=offsets,
         stored=frozenset(report.partitions) if report is not None else None,
         accounted=accounted,
+        domain=domain,
     )
 
 
@@ -249,6 +251,22 @@ class Snapshot:
         return {str(_meta(lease)["name"]): lease for lease in self.leases}
 
 
+def node_of(pod: Body | None) -> str | None:
+    """The node a pod is scheduled to (None: not yet)."""
+    return ((pod or {}).get("spec") or {}).get("nodeName") or None
+
+
+def failure_domain(
+    pod: Body | None, node_labels: Mapping[str, Mapping[str, str]] | None, topology_key: str
+) -> str | None:
+    """The value of ``topology_key`` on the pod's node (None: not scheduled, node not read, or the
+    node lacks the label)."""
+    node = node_of(pod)
+    if node is None or not node_labels:
+        return None
+    return (node_labels.get(node) or {}).get(topology_key)
+
+
 def mm_names(snapshot: Snapshot, partitions: Iterable[Partition]) -> list[str]:
     """Every MM the cluster knows of: pods, and MMs still named by a partition's status.
 
@@ -269,8 +287,10 @@ def cluster_state(
     restarted: frozenset[str] = frozenset(),
     cache: PartitionCache | None = None,
     recorded: Mapping[str, str] | None = None,
+    node_labels: Mapping[str, Mapping[str, str]] | None = None,
 ) -> ClusterState:
-    """``recorded``: incarnations the operator wrote on Leases that the watch has not delivered."""
+    """``recorded``: incarnations the operator wrote on Leases that the watch has not delivered;
+    ``node_labels``: labels of the nodes the MM pods run on (their failure domains)."""
     cluster = BrokerCluster.model_validate(dict(snapshot.cluster))
     parsed = (cache or PartitionCache()).parse(snapshot.partitions)
     parsed = [p for p in parsed if p.spec.cluster == snapshot.name]
@@ -293,6 +313,7 @@ def cluster_state(
             had_lease=recorded is not None and mm in recorded,
             # Brokers that renew Leases (any MM shows one): a pod is known by its own Lease only.
             accounted=incarnations.known(leases.get(mm), recorded, mm) if all_leases else True,
+            domain=failure_domain(pods.get(mm), node_labels, cluster.spec.message_managers.topology_key),
         )
         for mm in mm_names(snapshot, parsed)
     )

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from hybridmq.api.lease_report import MMReport, PartitionReport
-from hybridmq.planner import CreatePartition, UpdatePartitionStatus, plan
+from hybridmq.planner import CreatePartition, UpdatePartitionStatus, domain_spread, plan
 from hybridmq_operator import incarnations, names, observe
 from hybridmq_operator.handlers import cluster_status
 
@@ -370,3 +371,33 @@ def test_a_replacement_mm_is_not_given_replicas_before_its_process_is_accounted_
     # The replacement got its on-demand partition all the same, once accounted for.
     od_primaries = [p["status"]["primary"] for p in parts if p["spec"]["type"] == "on-demand"]
     assert sorted(od_primaries) == ["demo-mm-0", "demo-mm-1", "demo-mm-2"]
+
+
+def test_failure_domains_come_from_the_mm_pods_nodes_and_reach_the_status() -> None:
+    pods = [pod(f"demo-mm-{i}", ip=f"127.0.1.{i + 1}") for i in range(3)]
+    for i, p in enumerate(pods):
+        p["spec"] = {"nodeName": f"node-{i}"}
+    labels = {
+        "node-0": {"topology.kubernetes.io/zone": "a"},
+        "node-1": {"topology.kubernetes.io/zone": "a"},
+        "node-2": {"topology.kubernetes.io/zone": "b"},
+    }
+    spec = {
+        "messageManagers": {"topologyKey": "topology.kubernetes.io/zone"},
+        "partitions": {"fixed": {"count": 3}, "onDemand": {"perMessageManager": 0}},
+    }
+    snap = observe.Snapshot(cluster=cluster(**spec), pods=tuple(pods), leases=(), partitions=())
+    state = observe.cluster_state(snap, NOW, desired_mms=3, node_labels=labels)
+    assert [m.domain for m in state.message_managers] == ["a", "a", "b"]
+    # Each fixed partition gets one replica in zone b, the only other domain.
+    creates = [c for c in plan(state).changes if isinstance(c, CreatePartition)]
+    assert len(creates) == 3 and all("demo-mm-2" in c.status.replicas for c in creates)
+    # An unlabelled or unread node: unknown domain.
+    assert observe.failure_domain(pods[0], {"node-0": {}}, "topology.kubernetes.io/zone") is None
+    assert observe.failure_domain(pods[0], None, "topology.kubernetes.io/zone") is None
+
+    obs = observe.cluster_observation(state, snap, cm_desired=0, mm_desired=3)
+    obs = replace(obs, domain_spread=domain_spread(state))
+    status = cluster_status.cluster_status(obs, state, [], {}, 1, NOW, on_demand_expected=False)
+    cond = next(c for c in status["conditions"] if c["type"] == "ReplicasSpreadAcrossDomains")
+    assert (cond["status"], cond["reason"]) == ("True", "Spread")

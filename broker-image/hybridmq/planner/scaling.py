@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from hybridmq.api.resources import BrokerClusterSpec, PartitionSpec, PartitionState, PartitionType
+from hybridmq.planner.domains import awaiting_spread, shares_domain
 from hybridmq.planner.draft import Context, Draft
 from hybridmq.planner.failover import best_candidate, hand_over, refresh_offsets
 from hybridmq.planner.ondemand import start_draining
@@ -133,7 +134,12 @@ def evacuate(draft: Draft, ctx: Context, load: Load) -> None:
     # 1. replacements
     if len(staying) < need:
         added = pick_backups(
-            need - len(staying), ctx.eligible, load, exclude=set(draft.replicas), primary=draft.primary
+            need - len(staying),
+            ctx.eligible,
+            load,
+            exclude=set(draft.replicas),
+            primary=draft.primary,
+            spread_from=staying,
         )
         for b in added:
             draft.replicas.append(b)
@@ -164,18 +170,27 @@ def evacuate(draft: Draft, ctx: Context, load: Load) -> None:
 
 
 def trim_extra(draft: Draft, ctx: Context, load: Load) -> None:
-    """Remove backups beyond the target (e.g. after spec.replicas shrank): out-of-sync ones first,
-    then the lowest ranked. Never the primary, never while an evacuation is running."""
+    """Remove backups beyond the target (e.g. after spec.replicas shrank, or once a backup added to
+    spread the replicas over failure domains is in sync): out-of-sync ones first, then those
+    sharing a domain, then the lowest ranked. Never the primary, never while an evacuation is running."""
     if draft.deleting or draft.draining or draft.primary is None:
         return
     if any(r in ctx.leaving for r in draft.replicas):
         return
     excess = len(draft.replicas) - draft.target
-    if excess <= 0:
+    if excess <= 0 or awaiting_spread(draft, ctx):
         return
     backups = [r for r in draft.replicas if r != draft.primary]
-    # Out of sync first, then by rank from the end.
-    order = sorted(backups, key=lambda r: (r in draft.in_sync, -draft.rank(r)))
+    # Out of sync first, then those sharing a failure domain with another replica, then by rank
+    # from the end.
+    order = sorted(
+        backups,
+        key=lambda r: (
+            r in draft.in_sync,
+            not shares_domain(r, draft.replicas, ctx.domains),
+            -draft.rank(r),
+        ),
+    )
     removed = order[:excess]
     for mm in removed:
         draft.drop(mm)

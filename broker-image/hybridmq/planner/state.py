@@ -39,6 +39,8 @@ class MessageManager:
     scale-down, so its replicas are moved away first. ``accounted``: the operator knows the MM
     process behind the pod (it saw the pod's own Lease and recorded its incarnation); until then
     the MM gets no new replicas, or its first Lease would look like a restart of what it was given.
+    ``domain``: its failure domain (the value of the cluster's topology key label on the MM's
+    node); None when unknown (not scheduled yet, or the node lacks the label).
     """
 
     name: str
@@ -52,6 +54,7 @@ class MessageManager:
     # The partitions whose data the MM still holds on disk; None when it has not reported.
     stored: frozenset[str] | None = None
     accounted: bool = True
+    domain: str | None = None
 
     @property
     def eligible(self) -> bool:

@@ -25,6 +25,7 @@ from hybridmq_operator.apply import Outcome, apply_plan, writer_pool
 from hybridmq_operator.handlers import indexes
 from hybridmq_operator.handlers.scale_down import reconcile_scale_down
 from hybridmq_operator.handlers.status import StatusWriter, cluster_ref
+from hybridmq_operator.nodes import NodeLabels
 from hybridmq_operator.settings import ClusterSettings
 
 INTERVAL_S = 0.25
@@ -62,6 +63,7 @@ class Reconciler:
         self.pool = writer_pool(f"{namespace}/{name}")
         self.fingerprint: Any = None
         self.planned_at = 0.0
+        self.nodes = NodeLabels()
 
     def unchanged(self, state: Any, settings: ClusterSettings) -> bool:
         """Nothing the planner reads changed since the last plan (and it is not time for a full
@@ -181,9 +183,18 @@ async def reconcile_round(
         leases=indexes.values(leases_index, key),
         partitions=rec.partitions(indexes.values(partitions_index, key)),
     )
+    stale = rec.nodes.stale(filter(None, map(observe.node_of, snapshot.pods_of(names.ROLE_MM).values())))
+    if stale:
+        await asyncio.to_thread(rec.nodes.read, stale)
     now = datetime.now(UTC)
     state = observe.cluster_state(
-        snapshot, now, settings.mm_replicas, rec.first_seen_lost, cache=rec.cache, recorded=rec.recorded
+        snapshot,
+        now,
+        settings.mm_replicas,
+        rec.first_seen_lost,
+        cache=rec.cache,
+        recorded=rec.recorded,
+        node_labels=rec.nodes.labels,
     )
     rec.track_losses(state, now)
     t_observed = time.monotonic()
