@@ -342,16 +342,33 @@ k -n "${NAMESPACE}" logs "job/${LOAD_JOB}" --all-containers --tail=5 --prefix ||
 
 step "audit: per-producer order in fixed partitions, no acknowledged message lost, no duplicate"
 # `python -m hybridmq.spark.audit` is `hybridmq audit`: a PySpark job, run from the project's venv
-# on this machine against a CM reached through a port-forward.
+# on this machine against a CM reached through a port-forward. The port-forward goes to a Ready CM
+# pod on a running node: `port-forward service/...` picks a pod of the Service by itself, and after
+# a node failure that could be the CM on the stopped node (still listed, and even Ready, until the
+# node controller notices), whose kubelet no longer answers: the port-forward was refused.
 [[ -x "${AUDIT_PYTHON}" ]] || die "${AUDIT_PYTHON} not found: run \`make setup\` (or set AUDIT_PYTHON)"
 local_port="${AUDIT_LOCAL_PORT:-$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')}"
-kubectl --context "${context}" -n "${NAMESPACE}" port-forward "service/${BROKER_CLUSTER}" \
+audit_cm=""
+deadline=$((SECONDS + 180))
+while [[ -z "${audit_cm}" ]]; do
+  ((SECONDS < deadline)) || die "no Ready CM pod on a running node to reach for the audit"
+  audit_cm="$(k -n "${NAMESPACE}" get pods -l "app.kubernetes.io/component=cm,app.kubernetes.io/instance=${BROKER_CLUSTER}" \
+    -o jsonpath='{range .items[*]}{.metadata.name}{" "}{.spec.nodeName}{" "}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}' |
+    awk -v stopped="${stopped_node}" '$2 != stopped && $3 == "True" { print $1; exit }')"
+  [[ -n "${audit_cm}" ]] || sleep 1
+done
+info "the audit reaches CM ${audit_cm} through a port-forward"
+kubectl --context "${context}" -n "${NAMESPACE}" port-forward "pod/${audit_cm}" \
   "${local_port}:${CM_PORT}" >"${workdir}/port-forward.log" 2>&1 &
-background_pids+=("$!")
-for _ in $(seq 1 50); do
+forward_pid="$!"
+background_pids+=("${forward_pid}")
+for _ in $(seq 1 100); do
   grep -q "Forwarding from" "${workdir}/port-forward.log" && break
+  kill -0 "${forward_pid}" 2>/dev/null || break
   sleep 0.2
 done
+grep -q "Forwarding from" "${workdir}/port-forward.log" ||
+  die "kubectl port-forward to ${audit_cm} did not start: $(tail -n 3 "${workdir}/port-forward.log")"
 audit_status=0
 # TLS: the CMs' certificate carries 127.0.0.1 (port-forward); the client verifies it with the CA.
 kubectl --context "${context}" -n "${NAMESPACE}" get secret "${BROKER_CLUSTER}-cluster-ca-cert" \

@@ -32,6 +32,7 @@ __all__ = [
     "ANNOTATION",
     "accounted",
     "acquired",
+    "known",
     "own_lease",
     "referenced",
     "restarted",
@@ -83,6 +84,15 @@ def referenced(partitions: Iterable[Partition]) -> frozenset[str]:
             if p.status.primary:
                 out.add(p.status.primary)
     return frozenset(out)
+
+
+def known(lease: Body | None, recorded: Mapping[str, str] | None, name: str) -> bool:
+    """Whether the operator has accounted for the process behind ``lease`` (the pod's own Lease;
+    None: not seen yet). A Lease without ``acquireTime`` cannot show a restart: known."""
+    if lease is None:
+        return False
+    inc = acquired(lease)
+    return inc is None or inc in (accounted(lease), (recorded or {}).get(name))
 
 
 def _own(pods: Mapping[str, Body], leases: Mapping[str, Body]) -> dict[str, Body]:

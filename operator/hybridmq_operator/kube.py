@@ -29,6 +29,7 @@ PLURALS: dict[str, str] = {
     "PodDisruptionBudget": "poddisruptionbudgets",
     "StatefulSet": "statefulsets",
     "Pod": "pods",
+    "Node": "nodes",
     "Lease": "leases",
     "Event": "events",
     "Secret": "secrets",

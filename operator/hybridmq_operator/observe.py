@@ -15,6 +15,11 @@ Pure functions, unit tested without Kubernetes. An MM is *lost* when:
   StatefulSet's same-name replacement is Pending on a node that stopped answering, or already runs
   while the old pod's Lease is still there), so whatever the old pod held is gone.
 
+An MM whose process the operator has not accounted for yet (no Lease of its own in the index, or
+one whose incarnation is not recorded) gets no new replicas: a replacement pod is often Ready
+before its Lease reaches the watch, and replicas given to it then made its first Lease look like a
+restart, failing over what it had just been given.
+
 A Lease owned by another pod UID (an earlier pod of the same name) is ignored. A pod that never
 created a Lease is otherwise judged by its pod alone, so brokers without Lease support still work.
 
@@ -114,11 +119,14 @@ def observe_mm(
     holds_replicas: bool = False,
     replaced: bool = False,
     had_lease: bool = False,
+    accounted: bool = True,
+    domain: str | None = None,
 ) -> MessageManager:
     """One MM as the planner sees it. ``first_seen_lost`` remembers losses without a timestamp;
     ``lease`` must be the pod's own (``incarnations.own_lease``); ``holds_replicas``: a Partition
     names the MM; ``replaced``: the Lease under its name belongs to an earlier pod; ``had_lease``:
-    the operator accounted for a Lease of this pod before."""
+    the operator accounted for a Lease of this pod before; ``accounted``: the operator knows the
+    process behind the pod (``incarnations.known``), else the MM gets no new replicas."""
     reason: str | None = None
     since: datetime | None = None
     if pod is None:
@@ -174,6 +182,8 @@ def observe_mm(
         lost_since=since if reason is not None else None,
         log_end_offsets=offsets,
         stored=frozenset(report.partitions) if report is not None else None,
+        accounted=accounted,
+        domain=domain,
     )
 
 
@@ -255,6 +265,22 @@ class Snapshot:
         return {str(_meta(lease)["name"]): lease for lease in self.leases}
 
 
+def node_of(pod: Body | None) -> str | None:
+    """The node a pod is scheduled to (None: not yet)."""
+    return ((pod or {}).get("spec") or {}).get("nodeName") or None
+
+
+def failure_domain(
+    pod: Body | None, node_labels: Mapping[str, Mapping[str, str]] | None, topology_key: str
+) -> str | None:
+    """The value of ``topology_key`` on the pod's node (None: not scheduled, node not read, or the
+    node lacks the label)."""
+    node = node_of(pod)
+    if node is None or not node_labels:
+        return None
+    return (node_labels.get(node) or {}).get(topology_key)
+
+
 def mm_names(snapshot: Snapshot, partitions: Iterable[Partition]) -> list[str]:
     """Every MM the cluster knows of: pods, and MMs still named by a partition's status.
 
@@ -275,8 +301,10 @@ def cluster_state(
     restarted: frozenset[str] = frozenset(),
     cache: PartitionCache | None = None,
     recorded: Mapping[str, str] | None = None,
+    node_labels: Mapping[str, Mapping[str, str]] | None = None,
 ) -> ClusterState:
-    """``recorded``: incarnations the operator wrote on Leases that the watch has not delivered."""
+    """``recorded``: incarnations the operator wrote on Leases that the watch has not delivered;
+    ``node_labels``: labels of the nodes the MM pods run on (their failure domains)."""
     cluster = BrokerCluster.model_validate(dict(snapshot.cluster))
     parsed = (cache or PartitionCache()).parse(snapshot.partitions)
     parsed = [p for p in parsed if p.spec.cluster == snapshot.name]
@@ -297,6 +325,9 @@ def cluster_state(
             holds_replicas=mm in named,
             replaced=incarnations.stale_lease(pods.get(mm), all_leases.get(mm)),
             had_lease=recorded is not None and mm in recorded,
+            # Brokers that renew Leases (any MM shows one): a pod is known by its own Lease only.
+            accounted=incarnations.known(leases.get(mm), recorded, mm) if all_leases else True,
+            domain=failure_domain(pods.get(mm), node_labels, cluster.spec.message_managers.topology_key),
         )
         for mm in mm_names(snapshot, parsed)
     )

@@ -32,6 +32,8 @@ OPERATOR_RULES: list[dict[str, Any]] = [
     },
     # What the operator watches to detect MM loss.
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+    # The nodes MM pods run on: their topologyKey label is the MMs' failure domain.
+    {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
     # Leases: watched for MM liveness; get/create/update/patch only because the operator creates
     # the brokers' Role, and RBAC lets it grant only what it holds itself.
     {

@@ -66,7 +66,15 @@ def test_cluster_comes_up_with_placed_partitions(
     st = hbc["status"]
     assert st["observedGeneration"] == hbc["metadata"]["generation"]
     conds = {c["type"]: c["status"] for c in st["conditions"]}
-    assert conds == {"Ready": "True", "PartitionsAvailable": "True", "Degraded": "False"}
+    # One node, and the default topologyKey is its hostname: one failure domain for every replica.
+    assert conds == {
+        "Ready": "True",
+        "PartitionsAvailable": "True",
+        "Degraded": "False",
+        "ReplicasSpreadAcrossDomains": "False",
+    }
+    spread = next(c for c in st["conditions"] if c["type"] == "ReplicasSpreadAcrossDomains")
+    assert spread["reason"] == "NotEnoughDomains" and "kubernetes.io/hostname" in spread["message"]
     assert (st["readyConnectionManagers"], st["readyMessageManagers"]) == (CMS, MMS)
     table = {b["name"]: b for b in st["brokers"]}
     assert set(table) == mms | {f"{cluster}-cm-0"}

@@ -143,6 +143,7 @@ def test_scale_down_below_min_in_sync_is_refused(kube: Kube, cluster: str, opera
     # Lowering the cluster's minInSync with it passes the API, but the existing partitions keep
     # minInSync 2: the operator refuses to evacuate and says so, and nothing moves.
     wait_cluster_up(kube, cluster, MMS, CMS, timeout=120)
+    generation = kube.apps.read_namespaced_stateful_set(f"{cluster}-mm", kube.namespace).metadata.generation
     kube.patch_cluster(
         cluster, {"spec": {"messageManagers": {"replicas": 1}, "partitions": {"fixed": {"minInSync": 1}}}}
     )
@@ -156,7 +157,21 @@ def test_scale_down_below_min_in_sync_is_refused(kube: Kube, cluster: str, opera
         "need 2 in-sync copies" in cond["message"] and "only 1 message managers would stay" in cond["message"]
     )
     wait_for(lambda: any(e.reason == "ScaleDownBlocked" for e in cluster_events(kube, cluster)), 30, "event")
-    # The config change rolls the pods; once they are back nothing is evacuated.
+
+    # The config change rolls the pods; once they are back nothing is evacuated. Back means the
+    # roll is over (`kubectl rollout status`): three Ready MMs are also seen between two restarts,
+    # and a roll still going on made the next tests see its failovers.
+    def rolled_out() -> bool:
+        sts = kube.apps.read_namespaced_stateful_set(f"{cluster}-mm", kube.namespace)
+        st = sts.status
+        return bool(
+            sts.metadata.generation > generation
+            and st.observed_generation == sts.metadata.generation
+            and st.current_revision == st.update_revision
+            and st.updated_replicas == st.ready_replicas == MMS
+        )
+
+    wait_for(rolled_out, 180, "the MMs' roll finished")
     wait_for(lambda: len(kube.ready_pods("mm")) == MMS or None, 120, "MMs back")
     wait_for(
         lambda: conditions(kube, cluster)["Degraded"]["status"] == "False",

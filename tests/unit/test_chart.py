@@ -346,6 +346,7 @@ def test_cluster_wide_rbac_is_exactly_the_expected_list() -> None:
     manifests = render()
     role = only(manifests, "ClusterRole")
     expected = expand(EXPECTED_NAMESPACED) | {("kopf.dev", "clusterkopfpeerings", v) for v in PEERING}
+    expected.add(("", "nodes", "get"))  # failure domains: the MMs' nodes' topologyKey label
     assert grants(role["rules"]) == expected
     binding = only(manifests, "ClusterRoleBinding")
     assert binding["roleRef"] == {

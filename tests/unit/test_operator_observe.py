@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from hybridmq.api.lease_report import MMReport, PartitionReport
-from hybridmq.planner import CreatePartition, UpdatePartitionStatus, plan
+from hybridmq.planner import CreatePartition, UpdatePartitionStatus, domain_spread, plan
 from hybridmq_operator import incarnations, names, observe
 from hybridmq_operator.handlers import cluster_status
 
@@ -308,3 +309,110 @@ def test_a_deleted_pod_whose_mm_asks_for_a_handoff_is_stopping_not_lost() -> Non
     lapsed = lease("demo-mm-0", NOW - timedelta(seconds=3), asking)
     dead = observe.observe_mm("demo-mm-0", deleting, lapsed, NOW, False)
     assert not dead.alive and dead.lost_reason == "pod deleted"
+
+
+def _body_of(change: CreatePartition) -> dict[str, Any]:
+    """A created Partition as the watch delivers it."""
+    return {
+        "apiVersion": "hybridmq.io/v1alpha1",
+        "kind": "Partition",
+        "metadata": {
+            "name": change.name,
+            "namespace": "ns",
+            "resourceVersion": "20",
+            "finalizers": ["hybridmq.io/partition-data"],
+        },
+        "spec": change.spec.model_dump(mode="json", by_alias=True, exclude_none=True),
+        "status": change.status.model_dump(mode="json", by_alias=True),
+    }
+
+
+def test_a_replacement_mm_is_not_given_replicas_before_its_process_is_accounted_for() -> None:
+    """A deleted MM's replacement pod can be Ready before its Lease reaches the operator. Given
+    replicas then, it was taken for a restart as soon as its Lease showed up: the partition it had
+    just been given failed over once more (one failover more than the MMs that were lost)."""
+    acquired = stamp(NOW - timedelta(seconds=2))
+    pods = []
+    for i in range(3):
+        body = pod(f"demo-mm-{i}", ip=f"127.0.1.{i + 1}")
+        body["metadata"]["uid"] = f"uid-{i}"
+        pods.append(body)
+    pods[0]["metadata"]["uid"] = "uid-replacement"
+
+    def own_lease(i: int, accounted: bool = True) -> dict[str, Any]:
+        body = lease(f"demo-mm-{i}", NOW)
+        body["spec"]["acquireTime"] = acquired
+        body["metadata"]["ownerReferences"] = [
+            {"apiVersion": "v1", "kind": "Pod", "name": f"demo-mm-{i}", "uid": pods[i]["metadata"]["uid"]}
+        ]
+        if accounted:
+            body["metadata"]["annotations"]["hybridmq.io/accounted-incarnation"] = acquired
+        return body
+
+    parts = [
+        partition("demo-fixed-0", "demo-mm-1", ["demo-mm-1", "demo-mm-2"]),
+        partition("demo-od-a-0", "demo-mm-1", ["demo-mm-1", "demo-mm-2"]),
+        partition("demo-od-b-0", "demo-mm-2", ["demo-mm-2", "demo-mm-1"]),
+    ]
+    for p in parts[1:]:
+        p["spec"]["type"] = "on-demand"
+    spec = {"partitions": {"fixed": {"count": 1}, "onDemand": {"perMessageManager": 1}}}
+    recorded: dict[str, str] = {}
+    # Round by round, as the reconcile daemon does: first the replacement's Lease is not in the
+    # index yet; then it is, not yet accounted for; then the operator has recorded it.
+    failovers = []
+    for leases in (
+        (own_lease(1), own_lease(2)),
+        (own_lease(0, accounted=False), own_lease(1), own_lease(2)),
+        (own_lease(0, accounted=False), own_lease(1), own_lease(2)),
+        (own_lease(0, accounted=False), own_lease(1), own_lease(2)),
+    ):
+        snap = observe.Snapshot(
+            cluster=cluster(**spec), pods=tuple(pods), leases=leases, partitions=tuple(parts)
+        )
+        result = plan(observe.cluster_state(snap, NOW, desired_mms=3, recorded=recorded))
+        by_name = {p["metadata"]["name"]: p for p in parts}
+        for change in result.changes:
+            if isinstance(change, CreatePartition):
+                parts.append(_body_of(change))
+            elif isinstance(change, UpdatePartitionStatus):
+                if change.status.last_failover is not None:
+                    failovers.append((change.name, change.status.last_failover.reason))
+                by_name[change.name]["status"] = change.status.model_dump(mode="json", by_alias=True)
+        # What the daemon records at the end of an applied round.
+        own = {n: b for n, b in ((b["metadata"]["name"], b) for b in leases)}
+        recorded.update(incarnations.unrecorded({p["metadata"]["name"]: p for p in pods}, own))
+    assert failovers == []
+    # The replacement got its on-demand partition all the same, once accounted for.
+    od_primaries = [p["status"]["primary"] for p in parts if p["spec"]["type"] == "on-demand"]
+    assert sorted(od_primaries) == ["demo-mm-0", "demo-mm-1", "demo-mm-2"]
+
+
+def test_failure_domains_come_from_the_mm_pods_nodes_and_reach_the_status() -> None:
+    pods = [pod(f"demo-mm-{i}", ip=f"127.0.1.{i + 1}") for i in range(3)]
+    for i, p in enumerate(pods):
+        p["spec"] = {"nodeName": f"node-{i}"}
+    labels = {
+        "node-0": {"topology.kubernetes.io/zone": "a"},
+        "node-1": {"topology.kubernetes.io/zone": "a"},
+        "node-2": {"topology.kubernetes.io/zone": "b"},
+    }
+    spec = {
+        "messageManagers": {"topologyKey": "topology.kubernetes.io/zone"},
+        "partitions": {"fixed": {"count": 3}, "onDemand": {"perMessageManager": 0}},
+    }
+    snap = observe.Snapshot(cluster=cluster(**spec), pods=tuple(pods), leases=(), partitions=())
+    state = observe.cluster_state(snap, NOW, desired_mms=3, node_labels=labels)
+    assert [m.domain for m in state.message_managers] == ["a", "a", "b"]
+    # Each fixed partition gets one replica in zone b, the only other domain.
+    creates = [c for c in plan(state).changes if isinstance(c, CreatePartition)]
+    assert len(creates) == 3 and all("demo-mm-2" in c.status.replicas for c in creates)
+    # An unlabelled or unread node: unknown domain.
+    assert observe.failure_domain(pods[0], {"node-0": {}}, "topology.kubernetes.io/zone") is None
+    assert observe.failure_domain(pods[0], None, "topology.kubernetes.io/zone") is None
+
+    obs = observe.cluster_observation(state, snap, cm_desired=0, mm_desired=3)
+    obs = replace(obs, domain_spread=domain_spread(state))
+    status = cluster_status.cluster_status(obs, state, [], {}, 1, NOW, on_demand_expected=False)
+    cond = next(c for c in status["conditions"] if c["type"] == "ReplicasSpreadAcrossDomains")
+    assert (cond["status"], cond["reason"]) == ("True", "Spread")

@@ -53,7 +53,11 @@ async def test_ack_waits_for_min_in_sync_copies(tmp_path: Path) -> None:
     primary = make_primary(tmp_path, clock, replicas=("a", "b"))
     backup = PartitionLog.open(tmp_path / "b", CFG)
     task = asyncio.create_task(primary.produce(b"x" * 100, 10, epoch=1))
-    await asyncio.sleep(0.05)
+    # The group commit's fsync runs in a thread: wait for it, however slow the machine.
+    for _ in range(1000):
+        if primary.log.durable_offset == 10:
+            break
+        await asyncio.sleep(0.01)
     assert not task.done()  # locally durable, but b does not have it yet
     assert primary.log.durable_offset == 10 and primary.high_watermark == 0
     response = await fetch(primary, "b", 0)

@@ -274,9 +274,10 @@ class MessageManagersSpec(_Model):
         default="kubernetes.io/hostname",
         min_length=1,
         description="Node label whose values are failure domains (node, zone, rack). MM pods are "
-        "spread over its values (preferred pod anti-affinity, as Strimzi's rack awareness does); a "
-        "partition's replicas are always on different MMs, so with one MM per domain they are in "
-        "different domains.",
+        "spread over its values (preferred pod anti-affinity, as Strimzi's rack awareness does), and "
+        "the replicas of each fixed partition are placed on MMs of different domains whenever there "
+        "are enough (else on different MMs); the condition ReplicasSpreadAcrossDomains says whether "
+        "they are.",
     )
 
 

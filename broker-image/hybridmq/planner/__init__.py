@@ -17,6 +17,7 @@ from hybridmq.planner.changes import (
     ReleaseFinalizer,
     UpdatePartitionStatus,
 )
+from hybridmq.planner.domains import DomainSpread, domain_spread
 from hybridmq.planner.ondemand import ondemand_name, pick_on_demand_partition, reassign_producers
 from hybridmq.planner.plan import LocalPlan, apply_changes, plan, plan_assignments
 from hybridmq.planner.scaling import (
@@ -38,6 +39,7 @@ __all__ = [
     "ClusterState",
     "CreatePartition",
     "DeletePartition",
+    "DomainSpread",
     "LocalPlan",
     "MessageManager",
     "MessageManagersEvacuated",
@@ -50,6 +52,7 @@ __all__ = [
     "UpdatePartitionStatus",
     "apply_changes",
     "blocked_scale_down",
+    "domain_spread",
     "fixed_name",
     "natural_key",
     "ondemand_name",

@@ -49,6 +49,7 @@ class Context:
             sorted((m.name for m in state.message_managers if m.eligible), key=natural_key)
         )
         self.eligible_set = frozenset(self.eligible)
+        self.domains: dict[str, str | None] = {m.name: m.domain for m in state.message_managers}
 
     def is_alive(self, mm: str) -> bool:
         return mm in self.alive

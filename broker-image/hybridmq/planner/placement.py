@@ -1,11 +1,16 @@
 """Replica placement: spread, never two replicas of a partition on one MM, least loaded first.
 
+Failure domains come first: a new backup goes to an MM whose domain (``MessageManager.domain``)
+none of the partition's other replicas uses, whenever one is eligible; only when every domain is
+taken (fewer domains than replicas) does it share one, and then still on another MM. MMs of an
+unknown domain are never preferred nor avoided for their domain.
+
 Deterministic: ties are broken by the MMs' natural name order (``mm-2`` before ``mm-10``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 
 from hybridmq.api.resources import PartitionState
 from hybridmq.planner.draft import Context, Draft
@@ -17,8 +22,10 @@ __all__ = ["Load", "fill_replicas", "pick_backups", "pick_primary", "place_new"]
 class Load:
     """Replicas and primaries per MM, kept up to date as the round edits drafts."""
 
-    def __init__(self, mms: Iterable[str] = ()) -> None:
+    def __init__(self, mms: Iterable[str] = (), domains: Mapping[str, str | None] | None = None) -> None:
         self.replicas: dict[str, int] = {}
+        # MM -> failure domain (None: unknown), what placement spreads a partition's replicas over.
+        self.domains: Mapping[str, str | None] = domains or {}
         self.primaries: dict[str, int] = {}
         # (primary, backup) -> partitions with that pair: spreads each MM's backups over the others,
         # so that the partitions of a lost MM fail over to many MMs rather than one.
@@ -29,8 +36,10 @@ class Load:
             self.primaries.setdefault(mm, 0)
 
     @classmethod
-    def of(cls, drafts: Iterable[Draft], mms: Iterable[str] = ()) -> Load:
-        load = cls(mms)
+    def of(
+        cls, drafts: Iterable[Draft], mms: Iterable[str] = (), domains: Mapping[str, str | None] | None = None
+    ) -> Load:
+        load = cls(mms, domains)
         for d in drafts:
             if d.deleting:
                 continue
@@ -89,15 +98,24 @@ def pick_backups(
     load: Load,
     exclude: Collection[str] = (),
     primary: str | None = None,
+    spread_from: Collection[str] | None = None,
 ) -> list[str]:
-    """Up to ``n`` distinct candidates not in ``exclude``: fewest replicas first, then fewest
-    partitions shared with ``primary``, then fewest primaries, then name. The chosen backups are
-    recorded as paired with ``primary``; their replica load is left to the caller."""
+    """Up to ``n`` distinct candidates not in ``exclude``: first those in a failure domain that
+    none of ``spread_from`` (default ``exclude``: the partition's replicas) nor an earlier pick
+    uses, then fewest replicas, fewest partitions shared with ``primary``, fewest primaries, name.
+    The chosen backups are recorded as paired with ``primary``; their replica load is left to the
+    caller."""
     if n <= 0:
         return []
     choices = [c for c in candidates if c not in exclude]
-    choices.sort(key=lambda mm: load.backup_order(mm, primary))
-    chosen = choices[:n]
+    used = {load.domains.get(mm) for mm in (exclude if spread_from is None else spread_from)} - {None}
+    chosen: list[str] = []
+    while choices and len(chosen) < n:
+        best = min(choices, key=lambda mm: (load.domains.get(mm) in used, load.backup_order(mm, primary)))
+        choices.remove(best)
+        chosen.append(best)
+        if (domain := load.domains.get(best)) is not None:
+            used.add(domain)
     if primary is not None:
         for b in chosen:
             load.pair(primary, b)
@@ -144,7 +162,10 @@ def fill_replicas(draft: Draft, ctx: Context, load: Load) -> None:
     missing = draft.target - sum(1 for r in draft.replicas if r not in ctx.moving_off)
     if missing <= 0:
         return
-    added = pick_backups(missing, ctx.eligible, load, exclude=set(draft.replicas), primary=draft.primary)
+    staying = [r for r in draft.replicas if r not in ctx.leaving]
+    added = pick_backups(
+        missing, ctx.eligible, load, exclude=set(draft.replicas), primary=draft.primary, spread_from=staying
+    )
     for b in added:
         draft.replicas.append(b)
         load.add(b)

@@ -1,7 +1,7 @@
 """The planner's entry points.
 
-``plan(state)`` runs one round: observe reports -> fail over -> evacuate -> place -> trim -> balance
-primaries -> create
+``plan(state)`` runs one round: observe reports -> fail over -> evacuate -> place -> spread over
+failure domains -> trim -> balance primaries -> create
 fixed and on-demand partitions -> collect drained on-demand ones -> emit the changes. It is pure,
 level-based and idempotent: planning again on the result of applying a plan changes nothing.
 ``max_creates`` bounds the Partitions one round creates (a cluster of a thousand partitions is
@@ -38,6 +38,7 @@ from hybridmq.planner.changes import (
     ReleaseFinalizer,
     UpdatePartitionStatus,
 )
+from hybridmq.planner.domains import respread
 from hybridmq.planner.draft import Context, Draft
 from hybridmq.planner.failover import handle_lost_replicas, refresh_offsets
 from hybridmq.planner.ondemand import collect_garbage, top_up
@@ -140,13 +141,14 @@ def plan(state: ClusterState, max_creates: int | None = None) -> Plan:
     for d in drafts:
         if not d.deleting:
             observe(d, by_name[d.name].report, ctx)
-    load = Load.of(drafts, ctx.eligible)
+    load = Load.of(drafts, ctx.eligible, ctx.domains)
     for d in drafts:
         handle_lost_replicas(d, ctx, load)
     for d in drafts:
         evacuate(d, ctx, load)
     for d in drafts:
         fill_replicas(d, ctx, load)
+    respread(drafts, ctx, load)
     for d in drafts:
         trim_extra(d, ctx, load)
     rebalance(drafts, ctx, load, {name: info.report for name, info in by_name.items()})

@@ -22,6 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from hybridmq.api.resources import BrokerClusterSpec, PartitionSpec, PartitionState, PartitionType
+from hybridmq.planner.domains import awaiting_spread, shares_domain
 from hybridmq.planner.draft import Context, Draft
 from hybridmq.planner.failover import best_candidate, hand_over, refresh_offsets
 from hybridmq.planner.ondemand import start_draining
@@ -135,7 +136,12 @@ def evacuate(draft: Draft, ctx: Context, load: Load) -> None:
     # 1. replacements
     if len(staying) < need:
         added = pick_backups(
-            need - len(staying), ctx.eligible, load, exclude=set(draft.replicas), primary=draft.primary
+            need - len(staying),
+            ctx.eligible,
+            load,
+            exclude=set(draft.replicas),
+            primary=draft.primary,
+            spread_from=staying,
         )
         for b in added:
             draft.replicas.append(b)
@@ -173,21 +179,31 @@ def evacuate(draft: Draft, ctx: Context, load: Load) -> None:
 
 
 def trim_extra(draft: Draft, ctx: Context, load: Load) -> None:
-    """Remove backups beyond the target (after spec.replicas shrank, or a balancing copy caught
-    up, see ``balance.py``) once every replica is in sync: those on the MMs holding the most
-    replicas, then the lowest ranked. Never the primary, never while an evacuation is running."""
+    """Remove backups beyond the target (after spec.replicas shrank, a balancing copy caught up, see
+    ``balance.py``, or a backup added to spread the replicas over failure domains is in sync) once
+    every replica is in sync: those sharing a domain with another replica first, then those on the
+    MMs holding the most replicas, then the lowest ranked. Never the primary, never while an
+    evacuation is running."""
     if draft.deleting or draft.draining or draft.primary is None:
         return
     if any(r in ctx.moving_off for r in draft.replicas):
         return
     excess = len(draft.replicas) - draft.target
-    if excess <= 0:
+    if excess <= 0 or awaiting_spread(draft, ctx):
         return
     if any(r not in draft.in_sync for r in draft.replicas):
         return  # a copy catching up (a balancing move) is kept until it is in sync
     backups = [r for r in draft.replicas if r != draft.primary]
-    # The most loaded MMs first, then by rank from the end.
-    order = sorted(backups, key=lambda r: (-load.replicas.get(r, 0), -draft.rank(r)))
+    # Those sharing a failure domain with another replica first, then the most loaded MMs, then by
+    # rank from the end.
+    order = sorted(
+        backups,
+        key=lambda r: (
+            not shares_domain(r, draft.replicas, ctx.domains),
+            -load.replicas.get(r, 0),
+            -draft.rank(r),
+        ),
+    )
     removed = order[:excess]
     for mm in removed:
         draft.drop(mm)

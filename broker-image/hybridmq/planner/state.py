@@ -39,6 +39,11 @@ class MessageManager:
     scale-down, so its replicas are moved away first. ``stopping``: the MM was asked to stop (SIGTERM:
     a roll, a drain) and asks for its replicas to move before it exits (graceful handoff): its
     primaries go to in-sync replicas at once, its backups once a replacement is in sync.
+    ``accounted``: the operator knows the MM process behind the pod (it saw the pod's own Lease and
+    recorded its incarnation); until then the MM gets no new replicas, or its first Lease would look
+    like a restart of what it was given. ``domain``: its failure domain (the value of the cluster's
+    topology key label on the MM's node); None when unknown (not scheduled yet, or the node lacks
+    the label).
     """
 
     name: str
@@ -52,11 +57,13 @@ class MessageManager:
     log_end_offsets: Mapping[str, int] = field(default_factory=dict)
     # The partitions whose data the MM still holds on disk; None when it has not reported.
     stored: frozenset[str] | None = None
+    accounted: bool = True
+    domain: str | None = None
 
     @property
     def eligible(self) -> bool:
         """May receive new replicas."""
-        return self.alive and self.ready and not self.leaving and not self.stopping
+        return self.alive and self.ready and not self.leaving and not self.stopping and self.accounted
 
 
 @dataclass(frozen=True, slots=True)

@@ -78,10 +78,16 @@ Why each rule:
 {{- end }}
 {{- end }}
 
-{{/* Cluster-scoped: Kopf's ClusterKopfPeering when the operator watches all namespaces.
-    (Kopf's CRD scanning is off in hybridmq_operator.handlers.startup unless
-    HYBRIDMQ_OPERATOR_SCANNING=1, so no customresourcedefinitions access is needed.) */}}
+{{/* Cluster-scoped: the nodes MM pods run on (get: their messageManagers.topologyKey label is
+    the MMs' failure domain; with operator.watchNamespaces the chart grants nothing cluster-scoped,
+    so failure domains stay unknown and the status says so), and Kopf's ClusterKopfPeering when
+    the operator watches all namespaces. (Kopf's CRD scanning is off in
+    hybridmq_operator.handlers.startup unless HYBRIDMQ_OPERATOR_SCANNING=1, so no
+    customresourcedefinitions access is needed.) */}}
 {{- define "hybridmq.operator.clusterRules" -}}
+- apiGroups: [""]
+  resources: ["nodes"]
+  verbs: ["get"]
 {{- if and .Values.peering.enabled (not .Values.operator.watchNamespaces) }}
 - apiGroups: ["kopf.dev"]
   resources: ["clusterkopfpeerings"]

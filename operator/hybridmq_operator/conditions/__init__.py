@@ -3,6 +3,7 @@
 from hybridmq_operator.conditions import (
     all_replicas_ready,
     degraded,
+    domain_spread,
     partitions_available,
     ready,
     scale_down,
@@ -21,6 +22,7 @@ __all__ = [
     "all_replicas_ready",
     "cluster_conditions",
     "degraded",
+    "domain_spread",
     "merge_conditions",
     "partitions_available",
     "ready",
@@ -29,13 +31,16 @@ __all__ = [
 
 
 def cluster_conditions(obs: ClusterObservation, on_demand_expected: bool = True) -> list[Condition]:
-    """The conditions of ``BrokerCluster.status``: Ready, PartitionsAvailable, Degraded, and
-    ScaleDownBlocked while a scale-down is refused."""
+    """The conditions of ``BrokerCluster.status``: Ready, PartitionsAvailable, Degraded,
+    ReplicasSpreadAcrossDomains, and ScaleDownBlocked while a scale-down is refused."""
     out = [
         ready.evaluate(obs, on_demand_expected),
         partitions_available.evaluate(obs, on_demand_expected),
         degraded.evaluate(obs),
     ]
+    spread = domain_spread.evaluate(obs)
+    if spread is not None:
+        out.append(spread)
     blocked = scale_down.evaluate(obs)
     if blocked is not None:
         out.append(blocked)

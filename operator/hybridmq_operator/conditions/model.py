@@ -6,6 +6,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from hybridmq.planner import DomainSpread
+
 
 @dataclass(frozen=True)
 class Condition:
@@ -59,6 +61,8 @@ class ClusterObservation:
     scale_down_blocked: str | None = None
     # MMs whose Lease report no longer fits the API's annotation limit (report bytes).
     oversize_reports: tuple[tuple[str, int], ...] = ()
+    # Whether every fixed partition's replicas are in different failure domains (None: not known).
+    domain_spread: DomainSpread | None = None
 
 
 def merge_conditions(

@@ -26,6 +26,7 @@ from hybridmq_operator.apply import Outcome, apply_plan, writer_pool
 from hybridmq_operator.handlers import indexes
 from hybridmq_operator.handlers.scale_down import reconcile_scale_down
 from hybridmq_operator.handlers.status import StatusWriter, cluster_ref
+from hybridmq_operator.nodes import NodeLabels
 from hybridmq_operator.settings import ClusterSettings
 
 INTERVAL_S = 0.25
@@ -63,6 +64,7 @@ class Reconciler:
         self.pool = writer_pool(f"{namespace}/{name}")
         self.fingerprint: Any = None
         self.planned_at = 0.0
+        self.nodes = NodeLabels()
         self.first_seen_stopping: dict[str, datetime] = {}
         self.failovers: list[dict[str, Any]] | None = None  # status.failovers; None: read the body's
 
@@ -180,10 +182,11 @@ def waiting_for_initial_mms(
     snapshot: observe.Snapshot, state: Any, settings: ClusterSettings, now: datetime
 ) -> bool:
     """A new cluster waits (up to ``INITIAL_WAIT_S``) for all its MMs before the first placement,
-    so that the first partitions spread over every MM instead of the first one to be ready."""
+    so that the first partitions spread over every MM instead of the first one to be ready (and
+    whose process the operator has accounted for: only those receive replicas)."""
     if snapshot.partitions:
         return False
-    ready = sum(1 for m in state.message_managers if m.ready)
+    ready = sum(1 for m in state.message_managers if m.ready and m.accounted)
     created = observe.parse_time((snapshot.cluster.get("metadata") or {}).get("creationTimestamp"))
     young = created is not None and (now - created).total_seconds() < INITIAL_WAIT_S
     return ready < settings.mm_replicas and young
@@ -212,9 +215,18 @@ async def reconcile_round(
         leases=indexes.values(leases_index, key),
         partitions=rec.partitions(indexes.values(partitions_index, key)),
     )
+    stale = rec.nodes.stale(filter(None, map(observe.node_of, snapshot.pods_of(names.ROLE_MM).values())))
+    if stale:
+        await asyncio.to_thread(rec.nodes.read, stale)
     now = datetime.now(UTC)
     state = observe.cluster_state(
-        snapshot, now, settings.mm_replicas, rec.first_seen_lost, cache=rec.cache, recorded=rec.recorded
+        snapshot,
+        now,
+        settings.mm_replicas,
+        rec.first_seen_lost,
+        cache=rec.cache,
+        recorded=rec.recorded,
+        node_labels=rec.nodes.labels,
     )
     rec.track_losses(state, now)
     t_observed = time.monotonic()

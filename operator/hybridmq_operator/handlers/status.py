@@ -17,7 +17,7 @@ from typing import Any, cast
 import kopf
 
 from hybridmq.api.resources import PartitionState, PartitionType
-from hybridmq.planner import ClusterState, ScaleDownBlock
+from hybridmq.planner import ClusterState, ScaleDownBlock, domain_spread
 from hybridmq_operator import failover_history, kube, metrics, names, observe, problems
 from hybridmq_operator.apply import object_ref
 from hybridmq_operator.handlers import children, cluster_status
@@ -85,6 +85,7 @@ class StatusWriter:
             oversize_reports=problems.oversize_reports(snapshot.leases),
             children_error=children.failures.get((self.namespace, self.name)),
             scale_down_blocked=block.message if block is not None else None,
+            domain_spread=domain_spread(state),
         )
         self.announce(body, "ScaleDownBlocked", obs.scale_down_blocked)
         stuck = obs.pod_problems[0] if obs.pod_problems else None
