@@ -3,8 +3,9 @@
 Users: alice may produce and consume ``queue:alice.*``; bob only ``queue:bob.*``; ops may consume
 everything (it reads the partitions at the end, as an operator would). Alice produces one message at
 a time through the whole run and times each acknowledgement; the hostile process floods in every
-other window. Verdicts: every broker process is alive; the median over flood windows of alice's
-per-window p99 is within 1.5x of the quiet windows'; nothing hostile was acknowledged, delivered to
+other window. Verdicts: every broker process is alive; the p99 of alice's sends in a flood window is
+within 1.5x of the quiet windows' on either side of it (the median of that ratio over the flood
+windows); nothing hostile was acknowledged, delivered to
 bob from alice's queues, or stored anywhere; no ``topic:_LOG`` batch sits in a partition that holds
 alice's records; alice's consumers got every message she was acknowledged.
 """
@@ -25,8 +26,18 @@ import pytest
 from hybridmq.client import ClientError, Consumer, Fetcher, Producer
 from hybridmq.local.runner import LocalCluster
 
-WINDOW_S = 2.5  # short windows, many of them: quiet and flood see the same machine load
-HOSTILE_DEFAULT_S = 50  # about 10 flood windows: their median p99 is steady enough on a shared machine
+# Quiet and flood windows alternate every WINDOW_S. The other work on a shared 2-core machine comes
+# and goes in bursts that swing one window's p99 several times over, and drifts over tens of seconds;
+# so each flood window is compared with the quiet windows just before and after it (the same load,
+# drift cancels) and the verdict is the median of those ratios over many flood windows (a burst
+# spoils one or two of them, not the median). Measured on the loaded machine, over stretches of 30
+# flood windows: 0.92-1.31 this way, against 0.86-1.88 for one p99 over all samples of each kind and
+# 0.99-2.75 for the median of 10 per-window p99s of each kind (2.5 s windows) compared apart.
+# The first SETTLE_S of each window is left out: attacks in flight when a flood window ends finish then.
+WINDOW_S = 1.0
+SETTLE_S = 0.25
+HOSTILE_DEFAULT_S = 60  # 30 flood windows
+FLOOD_BOUND = 1.5  # flood window p99 / its quiet neighbours' p99, median over the flood windows
 ALICE = {"user": "alice", "password": "alice-secret"}
 BOB = {"user": "bob", "password": "bob-secret"}
 OPS = {"user": "ops", "password": "ops-secret"}
@@ -72,17 +83,21 @@ def p99(samples: list[float]) -> float:
     return ordered[max(0, math.ceil(0.99 * len(ordered)) - 1)]
 
 
-def window_p99s(
-    samples: list[tuple[float, float]], start: float, windows: int
-) -> tuple[list[float], list[float]]:
-    """p99 latency of each quiet (even) and flood (odd) window; a window without samples counts as 60 s."""
-    by_window: dict[int, list[float]] = {}
+def window_p99s(samples: list[tuple[float, float]], start: float, windows: int) -> list[float]:
+    """p99 latency of the sends made in each window past its settle time (quiet windows even, flood
+    windows odd); a window without a single acknowledged send counts as 60 s."""
+    by_window: list[list[float]] = [[] for _ in range(windows)]
     for sent_at, latency in samples:
-        i = int((sent_at - start) // WINDOW_S)
-        if 0 <= i < windows:
-            by_window.setdefault(i, []).append(latency)
-    p99s = [p99(by_window.get(i, [60.0])) for i in range(windows)]
-    return p99s[0::2], p99s[1::2]
+        i, into = divmod(sent_at - start, WINDOW_S)
+        if 0 <= i < windows and into >= SETTLE_S:
+            by_window[int(i)].append(latency)
+    return [p99(w or [60.0]) for w in by_window]
+
+
+def flood_ratios(p99s: list[float]) -> list[float]:
+    """Each flood window's p99 over the mean of its two quiet neighbours' (windows alternate quiet,
+    flood, quiet, ...)."""
+    return [p99s[i] / ((p99s[i - 1] + p99s[i + 1]) / 2) for i in range(1, len(p99s) - 1, 2)]
 
 
 async def drain(bs: str, dest: str, want: set[str], received: set[str], stop: asyncio.Event | None) -> None:
@@ -130,11 +145,23 @@ async def read_partitions(bs: str, partitions: list[str]) -> tuple[int, int]:
 @pytest.mark.timeout(int(adv_settings.seconds(HOSTILE_DEFAULT_S)) + 600)
 async def test_hostile_clients_beside_a_legitimate_one(tmp_path: Path) -> None:
     seed = adv_settings.seed()
-    windows = max(4, 2 * round(adv_settings.seconds(HOSTILE_DEFAULT_S) / (2 * WINDOW_S)))
+    # quiet, flood, quiet, ..., quiet: every flood window has a quiet one on either side
+    windows = 1 + max(4, 2 * round(adv_settings.seconds(HOSTILE_DEFAULT_S) / (2 * WINDOW_S)))
     print(f"\nadversarial hostile: seed={seed} windows={windows}x{WINDOW_S}s")
     creds, acl = users(tmp_path)
     cluster = LocalCluster(
-        tmp_path / "run", mms=2, replicas=2, fixed=2, on_demand_per_mm=1, credentials=creds, acl=acl
+        tmp_path / "run",
+        mms=2,
+        replicas=2,
+        fixed=2,
+        on_demand_per_mm=1,
+        credentials=creds,
+        acl=acl,
+        cm_args=adv_settings.cm_args(),
+        # Failover is not what this run tests: the local controller judging the MMs' leases is a
+        # thread of this process, beside alice's tight send loop, and on a machine at load 15-30 a
+        # 1 s lease lapsed now and then (a failover, and alice's sends refused while it ran).
+        lease_s=5.0,
     )
     with cluster:
         bs = cluster.bootstrap
@@ -197,10 +224,12 @@ async def test_hostile_clients_beside_a_legitimate_one(tmp_path: Path) -> None:
 
     report = json.loads(report_path.read_text())
     stats, leaks = report["stats"], report["leaks"]
-    quiet, flood = window_p99s(samples, start, windows)
-    quiet_ms, flood_ms = statistics.median(quiet) * 1000, statistics.median(flood) * 1000
+    (tmp_path / "latencies.json").write_text(json.dumps({"start": start, "samples": samples}))
+    p99s = window_p99s(samples, start, windows)
+    ratio = statistics.median(flood_ratios(p99s))
+    quiet_ms, flood_ms = statistics.median(p99s[0::2]) * 1000, statistics.median(p99s[1::2]) * 1000
     print("hostile stats: " + json.dumps(stats, sort_keys=True))
-    ms = [[round(x * 1e3, 1) for x in xs] for xs in (quiet, flood)]
+    ms = [[round(x * 1e3, 1) for x in p99s[k::2]] for k in (0, 1)]
     print(f"p99 ms per window: quiet={ms[0]} flood={ms[1]}")
     for leak in leaks[:10]:
         print("  leak: " + leak)
@@ -209,7 +238,7 @@ async def test_hostile_clients_beside_a_legitimate_one(tmp_path: Path) -> None:
         "processes": len(survivors),
         "quiet_p99_ms": round(quiet_ms, 1),
         "flood_p99_ms": round(flood_ms, 1),
-        "ratio": round(flood_ms / quiet_ms, 2),
+        "ratio": round(ratio, 2),
         "legit_acked": len(acked),
         "legit_errors": len(errors),
         "legit_lost": len(acked - received),
@@ -224,6 +253,6 @@ async def test_hostile_clients_beside_a_legitimate_one(tmp_path: Path) -> None:
     assert all(survivors.values()), f"broker processes died: {survivors}"
     assert acked and not errors, f"the legitimate client failed: {errors[:5]}"
     failed = {k: verdict[k] for k in MUST_BE_ZERO if verdict[k]}
-    if flood_ms > 1.5 * quiet_ms:
-        failed["flood_p99_over_1.5x_quiet"] = verdict["ratio"]
+    if ratio > FLOOD_BOUND:
+        failed[f"flood_p99_over_{FLOOD_BOUND}x_quiet"] = verdict["ratio"]
     assert not failed, f"adversarial hostile verdicts failed: {failed} (seed={seed})"

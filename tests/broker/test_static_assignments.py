@@ -19,7 +19,7 @@ import msgpack
 
 from hybridmq.api.assignment import BrokerEntry
 from hybridmq.client import Fetcher, Producer
-from hybridmq.local.runner import LocalCluster, free_port
+from hybridmq.local.runner import LocalCluster
 
 HELLO, HELLO_OK, ERROR, PRODUCE, PRODUCE_ACK = 1, 2, 3, 11, 12
 STALE_EPOCH, OUT_OF_ORDER_SEQUENCE = 22, 25
@@ -83,7 +83,7 @@ async def test_a_static_mm_checks_appends_like_any_primary(tmp_path: Path) -> No
 
 def _move_mm(cluster: LocalCluster, name: str) -> None:
     """Give ``name`` a new port in the assignment file (as a restarted pod gets a new IP)."""
-    cluster.mm_ports[name] = free_port()
+    cluster.mm_ports[name] = cluster.reserve_port()
     brokers = [
         BrokerEntry(
             name=b.name,

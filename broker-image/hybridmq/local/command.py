@@ -44,21 +44,24 @@ def run(args: argparse.Namespace) -> None:
     if args.action:
         control(args)
         return
+    from hybridmq.local.ports import PortInUse
     from hybridmq.local.runner import LocalCluster
 
-    cluster = LocalCluster(
-        Path(args.dir),
-        mms=args.mms,
-        cms=args.cms,
-        replicas=args.replicas,
-        fixed_per_mm=args.fixed_per_mm,
-        fixed=args.fixed,
-        on_demand_per_mm=args.on_demand_per_mm,
-        retention_after_drain=args.retention_after_drain,
-        cm_port=args.port,
-        fsync=args.fsync,
-        tls=args.tls,
-    )
+    try:
+        cluster = LocalCluster(
+            Path(args.dir),
+            mms=args.mms,
+            cms=args.cms,
+            replicas=args.replicas,
+            fixed_per_mm=args.fixed_per_mm,
+            fixed=args.fixed,
+            on_demand_per_mm=args.on_demand_per_mm,
+            retention_after_drain=args.retention_after_drain,
+            cm_port=args.port,
+            fsync=args.fsync,
+        )
+    except PortInUse as exc:
+        raise SystemExit(f"hybridmq local: {exc.strerror} (choose another with --port)") from None
 
     def interrupt(*_: object) -> None:
         raise KeyboardInterrupt

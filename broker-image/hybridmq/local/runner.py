@@ -16,6 +16,11 @@ Tests use this class too: ``kill_mm`` / ``kill_cm`` (any signal, e.g. SIGKILL), 
 ``start_cm``, ``cms=M`` (CMs ``cm-0`` .. ``cm-<M-1>``; ``bootstraps`` lists them all), ``stop``
 (terminates and reaps every process it started, nothing else).
 
+The ports (picked free, or ``cm_port``) are held from construction until ``stop`` (``ports.py``): no
+other program on the machine can take one before a broker binds it, nor between a kill and a
+restart. A port asked for by number that another program already serves is refused at once
+(``PortInUse``). A broker that exits before it listens is reported with the end of its log.
+
 Each run generates a fresh cluster secret, written to ``<dir>/cluster-secret`` (mode 0600) and
 handed to the processes as ``HYBRIDMQ_CLUSTER_SECRET_FILE`` (not on their command line, where
 ``ps`` would show it); ``cluster_secret`` holds it for tests that talk to an MM directly.
@@ -46,15 +51,13 @@ from hybridmq.api.resources import BrokerClusterSpec
 from hybridmq.broker.assignment_source import StaticAssignmentSource
 from hybridmq.broker.auth import cluster_secret
 from hybridmq.local.controller import LocalController, cluster_spec
+from hybridmq.local.ports import PortReservations
 
 SECRET_FILE = "cluster-secret"
 SIGNALS = {"KILL": signal.SIGKILL, "TERM": signal.SIGTERM, "STOP": signal.SIGSTOP, "CONT": signal.SIGCONT}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+# How long a broker may take to listen / a CM to link every MM: Python's start-up alone takes tens of
+# seconds on a loaded 2-core machine. A broker that exits is reported at once, not after the bound.
+START_TIMEOUT_S = 60.0
 
 
 class LocalCluster:
@@ -93,11 +96,10 @@ class LocalCluster:
         if self.tls_dir is not None:
             mm_args = ["--tls-dir", str(self.tls_dir), *(mm_args or [])]
             cm_args = ["--tls-dir", str(self.tls_dir), *(cm_args or [])]
+        self.ports = PortReservations()
         self.cm_names = [f"cm-{i}" for i in range(max(1, cms))]
-        self.cm_ports = {n: free_port() for n in self.cm_names}
-        if cm_port:
-            self.cm_ports["cm-0"] = cm_port
-        self.cm_https = {n: free_port() for n in self.cm_names}
+        self.cm_ports = {n: self.ports.reserve((cm_port or 0) if n == "cm-0" else 0) for n in self.cm_names}
+        self.cm_https = {n: self.ports.reserve() for n in self.cm_names}
         self.cm_port = self.cm_ports["cm-0"]
         self.cm_http = self.cm_https["cm-0"]
         self.fsync = fsync
@@ -107,7 +109,7 @@ class LocalCluster:
         self.cm_args = list(cm_args or [])
         self.controller: LocalController | None = None
         if replicas is not None:
-            self.controller_port = free_port()
+            self.controller_port = self.ports.reserve()
             url = f"http://127.0.0.1:{self.controller_port}"
             self.mm_args = ["--controller", url, *self.mm_args]
             self.cm_args = ["--controller", url, *self.cm_args]
@@ -124,8 +126,8 @@ class LocalCluster:
         self.cluster_secret = cluster_secret.generate()
         self.secret_file = cluster_secret.write_file(self.dir / SECRET_FILE, self.cluster_secret)
         self.mm_names = [f"mm-{i}" for i in range(mms)]
-        self.mm_ports = {n: free_port() for n in self.mm_names}
-        self.mm_http = {n: free_port() for n in self.mm_names}
+        self.mm_ports = {n: self.ports.reserve() for n in self.mm_names}
+        self.mm_http = {n: self.ports.reserve() for n in self.mm_names}
         brokers = [
             BrokerEntry(
                 name=c,
@@ -208,6 +210,10 @@ class LocalCluster:
         """Every CM's address, comma-separated (a client bootstrap list)."""
         return ",".join(f"127.0.0.1:{self.cm_ports[c]}" for c in self.cm_names)
 
+    def reserve_port(self) -> int:
+        """A further port held for this cluster until ``stop`` (e.g. an MM's new address)."""
+        return self.ports.reserve()
+
     def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
         log = open(self.dir / f"{name}.log", "ab")  # noqa: SIM115 - handed to the child
         env = dict(os.environ, PYTHONUNBUFFERED="1")
@@ -247,7 +253,7 @@ class LocalCluster:
             ],
         )
         if wait:
-            wait_port(self.mm_ports[name])
+            self.wait_listening(name)
 
     def start_cm(self, name: str = "cm-0") -> None:
         args = [
@@ -269,7 +275,7 @@ class LocalCluster:
         if self.acl:
             args += ["--acl", str(self.acl)]
         self._spawn(name, args)
-        wait_port(self.cm_ports[name])
+        self.wait_listening(name)
 
     def start(self) -> LocalCluster:
         if self.controller is None:
@@ -287,7 +293,7 @@ class LocalCluster:
             for name in self.mm_names:
                 self.start_mm(name, wait=False)
             for name in self.mm_names:
-                wait_port(self.mm_ports[name])
+                self.wait_listening(name)
             for cm in self.cm_names:
                 self.start_cm(cm)
             self.wait_linked()
@@ -297,11 +303,29 @@ class LocalCluster:
             raise
         return self
 
-    def wait_linked(self, timeout: float = 20.0) -> None:
+    def wait_listening(self, name: str, timeout: float = START_TIMEOUT_S) -> None:
+        """Wait until the broker ``name`` accepts connections on its port; raise at once if it exited."""
+        port = (self.mm_ports if name in self.mm_ports else self.cm_ports)[name]
+        wait_port(port, timeout, alive=lambda: self._check_alive(name))
+
+    def _check_alive(self, name: str) -> None:
+        code = self.procs[name].poll()
+        if code is not None:
+            raise BrokerExited(f"{name} exited with code {code}: {self.log_tail(name)}")
+
+    def log_tail(self, name: str, lines: int = 3) -> str:
+        try:
+            text = (self.dir / f"{name}.log").read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+        return " | ".join(text.strip().splitlines()[-lines:])
+
+    def wait_linked(self, timeout: float = START_TIMEOUT_S) -> None:
         """Wait until every running CM is connected to every running MM (its ``/admin`` says so)."""
         deadline = time.monotonic() + timeout
         pending = [c for c in self.cm_names if c in self.procs and self.procs[c].poll() is None]
         while pending and time.monotonic() < deadline:
+            self._check_alive(pending[0])
             try:
                 links = self._admin(self.cm_https[pending[0]], 2)["mm_links"]
                 if all(
@@ -350,6 +374,7 @@ class LocalCluster:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(5)
+        self.ports.close()  # only now: no broker of ours binds them any more
 
     def __enter__(self) -> LocalCluster:
         return self.start()
@@ -416,9 +441,17 @@ def _die_with_parent() -> None:
         pass
 
 
-def wait_port(port: int, timeout: float = 20.0) -> None:
+class BrokerExited(RuntimeError):
+    """A broker process of the cluster ended while the runner waited for it."""
+
+
+def wait_port(port: int, timeout: float = START_TIMEOUT_S, alive: Callable[[], None] | None = None) -> None:
+    """Wait until something accepts on ``port``; ``alive`` (raising when the process that should
+    listen has ended) is checked before each attempt, so a broker that died is not waited for."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
+        if alive is not None:
+            alive()
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=0.5):
                 return

@@ -4,6 +4,11 @@
 matching pending request (an ERROR with ``r`` fails it with ``RemoteError``; ADMIN_PART frames are
 collected until ``of`` parts arrived). Every other frame goes to ``handler``. A protocol error sends
 a fatal ERROR to the peer and closes this connection only.
+
+Reading a frame that is already buffered does not give the event loop back, so a peer that pipelines
+thousands of small frames would be served alone until its buffer ran dry (another client's request
+waited a second and more). ``run`` yields after ``FRAMES_PER_TURN`` frames: every connection gets a
+turn.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ log = logging.getLogger(__name__)
 
 Handler = Callable[[Frame], Awaitable[None] | None]
 HIGH_WATER = 4 * 1024 * 1024
+FRAMES_PER_TURN = 32  # frames handled from one connection before the other connections get a turn
 
 
 class RemoteError(Exception):
@@ -138,7 +144,11 @@ class Connection:
         if handler is not None:
             self.handler = handler
         try:
+            handled = 0
             while True:
+                handled += 1
+                if handled % FRAMES_PER_TURN == 0:
+                    await asyncio.sleep(0)
                 frame = await read_frame(self.reader, self.max_frame)
                 if frame is None:
                     break
