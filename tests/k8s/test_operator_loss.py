@@ -7,6 +7,7 @@ for the force-deletion, the real ``hybridmq mm`` too.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
@@ -43,12 +44,22 @@ def fixed(kube: Kube) -> dict[str, dict[str, Any]]:
 
 
 def settled(kube: Kube, mms: int) -> bool:
-    """Every MM Ready, every fixed partition Active with all its replicas in sync."""
+    """Every MM Ready, every fixed partition Active with exactly its two replicas, both in sync, and
+    the primaries balanced: no primary-balancing move (an extra copy, then a handoff) in flight that
+    could make another MM the in-sync candidate between this check and the fault."""
     parts = fixed(kube)
+    ready = kube.ready_pods("mm")
+    led = Counter(str(s.get("primary")) for s in parts.values())
     return (
-        len(kube.ready_pods("mm")) == mms
+        len(ready) == mms
         and bool(parts)
-        and all(s.get("state") == "Active" and len(s.get("inSync") or []) == 2 for s in parts.values())
+        and all(
+            s.get("state") == "Active"
+            and len(s.get("inSync") or []) == 2
+            and sorted(s.get("replicas") or []) == sorted(s.get("inSync") or [])
+            for s in parts.values()
+        )
+        and max(led.values()) - min(led.get(name, 0) for name in ready) <= 1
     )
 
 

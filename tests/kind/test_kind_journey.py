@@ -106,6 +106,13 @@ def test_mm_data_survives_pod_deletion(kind_cluster: KindCluster) -> None:
     held = listing(kind_cluster, name, mount) & set(before)
 
     kind_cluster.kubectl("-n", NAMESPACE, "delete", "pod", name, "--wait=true", timeout=180)
+
+    def recreated() -> bool:
+        # `kubectl wait` on a pod the StatefulSet has not created again yet fails at once (NotFound).
+        got = kind_cluster.kubectl("-n", NAMESPACE, "get", "pod", name, "-o", "json", check=False)
+        return got.returncode == 0 and '"uid"' in got.stdout and pod["metadata"]["uid"] not in got.stdout
+
+    wait_for(recreated, 120, f"{name} created again by its StatefulSet", interval=1)
     kind_cluster.kubectl(
         "-n", NAMESPACE, "wait", "pod", name, "--for=condition=Ready", "--timeout=300s", timeout=320
     )
