@@ -88,10 +88,6 @@ from hybridmq.protocol.connection import ConnectionClosed
 
 log = logging.getLogger(__name__)
 
-# Deliveries one subscription or queue gets per dispatcher pass: the MM's event loop (lease
-# renewal, replication, produces) runs between passes (``PartitionHost.pump``).
-PUMP_BUDGET = 128
-
 # How a refused append is answered: every one is retriable but a stale epoch.
 _REFUSED: tuple[tuple[type[Exception], ErrorCode], ...] = (
     (FencedEpochError, ErrorCode.STALE_EPOCH),
@@ -497,21 +493,14 @@ class PartitionHost:
             first = end + 1
 
     # -- delivery --------------------------------------------------------------------------------
-    def pump(self, budget: int = PUMP_BUDGET) -> bool:
-        """Hand out what the links have credit for, at most ``budget`` deliveries per subscription
-        or queue; True if one of them stopped at its budget (call again after yielding).
-
-        A consumer that attaches to a large backlog with a large window would otherwise take
-        every delivery in one call: the MM's event loop stalls for as long (seconds on a loaded
-        machine), its lease lapses, the partition fails over, the new primary counts every
-        outstanding record as delivered once more and hands the backlog out again... until the
-        records reach the maximum redeliveries and go to ``_DMQ`` without the consumer getting them."""
-        more = False
+    def pump(self) -> bool:
+        """Deliver what the links have credit for; True if anything was sent."""
+        sent = False
         now = int(time.time() * 1000)
         for state in list(self.states.values()):
             if not state.links:
                 continue
-            for _ in range(budget):
+            while True:
                 links = state.links_with_credit()
                 if not links:
                     break
@@ -561,9 +550,8 @@ class PartitionHost:
                     self._control_ready.set()
                 else:
                     _send(link.conn, frame)
-            else:
-                more = True
-        return more
+                sent = True
+        return sent
 
     def _fit(
         self,
@@ -793,18 +781,13 @@ class PartitionHost:
                 self._wake()
                 continue
             self._committing = []
-            for conn, f in replies:
-                _send(conn, {"t": FrameType.OK, "r": f.get("c")})
             # A delivery given back while its round waited (its stream was given back by a failed
-            # round, its consumer left) is not sent: it is handed out again, counted, later. A
-            # large round goes out in slices, the event loop running in between (``pump``): what
-            # was given back meanwhile is skipped.
-            for i in range(0, len(outbox), PUMP_BUDGET):
-                if i:
-                    await asyncio.sleep(0)
-                for state, link, frame in outbox[i : i + PUMP_BUDGET]:
-                    if _outstanding(state, link, frame):
-                        _send(link.conn, frame)
+            # round, its consumer left) is not sent: it is handed out again, counted, later.
+            deliveries = [(link.conn, f) for state, link, f in outbox if _outstanding(state, link, f)]
+            for conn, frame in deliveries + [
+                (conn, {"t": FrameType.OK, "r": f.get("c")}) for conn, f in replies
+            ]:
+                _send(conn, frame)
             self._wake()
 
     def refuse_ack_replies(self, code: ErrorCode, why: str) -> None:

@@ -190,10 +190,9 @@ class MessageManager:
         while True:
             await self._wake.wait()
             self._wake.clear()
-            more = False
             for host in list(self.hosts.values()):
                 try:
-                    more = host.pump() or more
+                    host.pump()
                 except Exception:
                     log.exception("delivery failed on %s", host.name)
             for conn in list(self.conns):
@@ -201,9 +200,6 @@ class MessageManager:
                     await conn.drain()
                 except Exception:
                     pass
-            if more:  # a backlog is being handed out: let the rest of the MM run first
-                self._wake.set()
-                await asyncio.sleep(0)
 
     # -- connections -----------------------------------------------------------------------------
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
