@@ -16,9 +16,14 @@ and a reader of its own reads every partition's log by offset (fetch API), and t
 its own bookkeeping: every send was acknowledged (``failed_sends``), every acknowledged message is
 stored (``lost``: neither consumed nor in any log; ``unconsumed``: the consumer gave up first), no
 message is stored twice and each producer's messages are in order within their partition.
+``failovers_while_reading`` counts the controller's failovers while the consumer read and ``dmq``
+the records moved to ``queue:_DMQ``: each lease lapse meanwhile makes the new primary count every
+outstanding record as delivered once more, until it reaches the maximum redeliveries and goes to
+``_DMQ`` (it stays in its partition's log, so it is not ``lost``).
 
 Appends one JSON line to ``bench/results/rolling.jsonl``; the last line of the output is
-``failed_sends=… lost=… max_stall_ms=… p99_ms_during=… p99_ms_before=… max_stall_ms_kill=…``.
+``failed_sends=… lost=… max_stall_ms=… p99_ms_during=… p99_ms_before=… max_stall_ms_kill=…
+unconsumed=… failovers_while_reading=… dmq=…``.
 
     .venv/bin/python bench/rolling.py [--partitions 3] [--rate 100] [--before 3]
 """
@@ -44,6 +49,7 @@ from hybridmq.local.runner import LocalCluster
 
 RESULTS = Path(__file__).resolve().parent / "results" / "rolling.jsonl"
 DEST = "queue:rolling"
+DMQ = "queue:_DMQ"
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -125,17 +131,22 @@ async def consume_all(bootstrap: str, want: set[str], idle: float) -> dict[tuple
     return stored
 
 
-async def read_logs(bootstrap: str) -> dict[tuple[str, int], str]:
+async def read_logs(bootstrap: str) -> tuple[dict[tuple[str, int], str], int]:
     """Every message of the destination as the partitions' logs hold it (fetch API, by offset):
-    what a consumer that stalled behind a starved machine did not get is still there."""
+    what a consumer that stalled behind a starved machine did not get is still there; and how
+    many of its records were moved to ``queue:_DMQ`` (maximum redeliveries: failovers while the
+    consumer read count each outstanding record as delivered once more)."""
     out: dict[tuple[str, int], str] = {}
+    dmq = 0
     fetcher = await Fetcher.connect(bootstrap, retry_s=60)
     try:
         for meta in await fetcher.partitions():
             offset = meta.start_offset
             while offset < meta.end_offset:
-                result = await fetcher.fetch(meta.name, offset, max_offset=meta.end_offset)
+                result = await fetcher.fetch(meta.name, offset, max_offset=meta.end_offset, internal=True)
                 for b in result.batches:
+                    if not b.control and b.destination == DMQ:
+                        dmq += len(b.records)
                     if b.control or b.destination != DEST:
                         continue
                     for i, record in enumerate(b.records):
@@ -143,7 +154,7 @@ async def read_logs(bootstrap: str) -> dict[tuple[str, int], str]:
                 offset = result.next_offset
     finally:
         await fetcher.close()
-    return out
+    return out, dmq
 
 
 def verdict(
@@ -238,8 +249,10 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
             stop.set()
             await asyncio.gather(*tasks)
             want = {f"{p.name}:{n}" for p in producers for n, s in p.sent.items() if s.acked_at is not None}
+            failovers_before = len(cluster.state().get("failovers", []))
             stored = await consume_all(cluster.bootstrap, want, 30)
-            logs = await read_logs(cluster.bootstrap)
+            failovers_reading = len(cluster.state().get("failovers", [])) - failovers_before
+            logs, dmq = await read_logs(cluster.bootstrap)
             for p in producers:
                 await p.producer.close()
             handoffs = len(cluster.state().get("handoffs", []))
@@ -255,6 +268,8 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
             "p99_ms_before": round(percentile(before, 0.99), 1),
             "max_stall_ms_kill": round(max(kill, default=0.0), 1),
             "handoffs": handoffs,
+            "failovers_while_reading": failovers_reading,
+            "dmq": dmq,
             "sigterm_to_exit_s": [round(x, 3) for x in handoff_s],
         }
         return result
@@ -283,7 +298,17 @@ def main() -> None:
     with RESULTS.open("a") as f:
         f.write(json.dumps(record) + "\n")
     print(json.dumps(record))
-    keys = ("failed_sends", "lost", "max_stall_ms", "p99_ms_during", "p99_ms_before", "max_stall_ms_kill")
+    keys = (
+        "failed_sends",
+        "lost",
+        "max_stall_ms",
+        "p99_ms_during",
+        "p99_ms_before",
+        "max_stall_ms_kill",
+        "unconsumed",
+        "failovers_while_reading",
+        "dmq",
+    )
     print(" ".join(f"{k}={record[k]}" for k in keys))
 
 

@@ -29,6 +29,7 @@ class PartitionStorage:
         self._cache: list[StoredBatch] = []
         self._cached_bytes = 0
         self._readahead: list[StoredBatch] = []
+        self._readahead_bases: list[int] = []
         # End of what consumers may see: flushed (and, with replication, committed) records only.
         self.visible_end = 0
         # Control batches (cursor snapshots) by base offset, with running record counts: the
@@ -124,12 +125,14 @@ class PartitionStorage:
                 if i + 1 < len(bases):
                     return self._cache[i + 1]
         ra = self._readahead
-        if ra and ra[0].base <= offset < ra[-1].next_offset:
-            for batch in ra:
-                if batch.next_offset > offset:
-                    return batch
-        self._readahead = self.read(offset, READ_BYTES)
-        for batch in self._readahead:
+        if not (ra and ra[0].base <= offset < ra[-1].next_offset):
+            # Found by bisection: a consumer reading a backlog of small batches asks for each of
+            # the ~10,000 a read holds (a scan from the start was quadratic: seconds of a blocked
+            # event loop on a new primary, whose cache is empty, and the lease lapsed).
+            ra = self._readahead = self.read(offset, READ_BYTES)
+            self._readahead_bases = [b.base for b in ra]
+        i = bisect.bisect_right(self._readahead_bases, offset) - 1
+        for batch in ra[max(i, 0) : max(i, 0) + 2]:
             if batch.next_offset > offset:
                 return batch
         return None
