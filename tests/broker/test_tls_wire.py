@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from hybridmq.client import Consumer, Producer
-from hybridmq.local.runner import LocalCluster, free_port
+from hybridmq.local.runner import LocalCluster
 
 PAYLOAD = b"PAYLOAD-7d1c0c2e-visible-only-in-clear"
 PASSWORD = "pw-3f9a1b-visible-only-in-clear"
@@ -79,9 +79,9 @@ def relayed(
     # The assignment table names the MM at its original port, where the relay listens; the MM
     # itself listens on another one.
     advertised = cluster.mm_ports["mm-0"]
-    cluster.mm_ports["mm-0"] = free_port()
+    cluster.mm_ports["mm-0"] = cluster.ports.reserve()
     to_mm = Relay(advertised, cluster.mm_ports["mm-0"])
-    to_cm = Relay(free_port(), cluster.cm_port)
+    to_cm = Relay(cluster.ports.reserve(), cluster.cm_port)
     try:
         with cluster:
             yield cluster, to_cm, to_mm, f"127.0.0.1:{to_cm._server.getsockname()[1]}"
