@@ -10,6 +10,7 @@ once load has run, the later steps still run (bounded) so that the audit reports
 from __future__ import annotations
 
 import argparse
+import asyncio
 import signal
 import sys
 import time
@@ -140,6 +141,9 @@ class Demo:
         ca_file = self.installer.trust_cluster_ca(self.out_dir)
         self.state.emit(f"TLS: clients verify the CMs with the cluster CA ({ca_file})")
         user = self.installer.demo_user(LoadConfig.destination)
+        # Admitted means the operator wrote the user to the CMs' users Secret; each CM reads it
+        # within about a second. Log in once before the load starts, so the producers do not.
+        wait_until(self.state, f"CMs accept BrokerUser {user}", lambda: _logs_in(self.bootstrap), 60)
         self.state.emit(
             f"clients log in as BrokerUser {user} (produce/consume {LoadConfig.destination} only)"
         )
@@ -367,3 +371,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     verdict = demo.verdict()
     view.print(verdict)
     return 0 if verdict.startswith("verdict=PASS") and not interrupted else 1
+
+
+def _logs_in(bootstrap: list[str]) -> tuple[bool, str]:
+    """Whether a client logs in with this process's user and TLS settings (env)."""
+    from hybridmq.client.connection import connect
+
+    async def attempt() -> None:
+        conn, _ = await connect(bootstrap)
+        conn.close()
+
+    try:
+        asyncio.run(attempt())
+    except Exception as exc:  # an authentication refusal until the CMs have read the user
+        return False, str(exc)
+    return True, "logged in"
