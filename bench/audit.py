@@ -14,23 +14,19 @@ vectorized_s / spark_s: 1.0 means Spark on all cores is as fast as the best sing
 """
 
 import argparse
-import json
-import os
-import platform
 import shutil
 import statistics
 import sys
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import _results  # bench/, the script's directory
 import numpy as np
 import pyarrow as pa
 
 from hybridmq.spark.export import ExportWriter
 
-RESULTS = Path(__file__).resolve().parent / "results" / "audit.jsonl"
 SEGMENT_RECORDS = 1_000_000
 
 
@@ -110,22 +106,14 @@ def generate(root: Path, records: int, seed: int = 7) -> dict[str, int]:
     return {"records": 4 * per_partition + 4 * per_partition, "partitions": 8, "producers": 64}
 
 
-def finish(path: Path, line: dict[str, Any], args: argparse.Namespace, load_before: float) -> None:
-    """Append one JSON line with the machine's figures (cores, load before and after) to ``path``;
-    remove the generated log unless ``--keep``."""
+def finish(
+    name: str, line: dict[str, Any], summary: dict[str, Any], args: argparse.Namespace, load_before: float
+) -> None:
+    """Record ``line`` (``bench/_results.py``) and end with ``summary``; remove the generated log
+    unless ``--keep``."""
     if not args.keep:
         shutil.rmtree(args.dir, ignore_errors=True)
-    line = {
-        **line,
-        "master": args.master,
-        "cpus": os.cpu_count(),
-        "loadavg_before": round(load_before, 2),
-        "loadavg_after": round(os.getloadavg()[0], 2),
-        "python": platform.python_version(),
-    }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as handle:
-        handle.write(json.dumps(line) + "\n")
+    _results.append(name, {**line, "master": args.master}, summary, load_before, echo=False)
 
 
 def main() -> int:
@@ -154,7 +142,7 @@ def main() -> int:
     from hybridmq.spark.audit.report import build_report, verdict_line
     from hybridmq.spark.session import build_session
 
-    load_before = os.getloadavg()[0]
+    load_before = _results.load_average()
     began = time.perf_counter()
     spark = build_session(
         master=args.master, app_name="hybridmq-bench-audit", extra={"spark.driver.memory": "4g"}
@@ -208,8 +196,6 @@ def main() -> int:
     ratio = baseline_s / spark_s
     versus = vectorized_s / spark_s
     line = {
-        "bench": "audit",
-        "time": datetime.now(UTC).isoformat(timespec="seconds"),
         "records": totals["records"],
         "partitions": totals["partitions"],
         "producers": totals["producers"],
@@ -228,11 +214,15 @@ def main() -> int:
         "agree": agree,
         "verdict": report["verdict"],
     }
-    finish(RESULTS, line, args, load_before)
-    print(
-        f"records={totals['records']} spark_s={spark_s:.2f} baseline_s={baseline_s:.2f} ratio={ratio:.2f}"
-        f" vectorized_s={vectorized_s:.2f} spark_vs_vectorized={versus:.2f}"
-    )
+    summary = {
+        "records": totals["records"],
+        "spark_s": f"{spark_s:.2f}",
+        "baseline_s": f"{baseline_s:.2f}",
+        "ratio": f"{ratio:.2f}",
+        "vectorized_s": f"{vectorized_s:.2f}",
+        "spark_vs_vectorized": f"{versus:.2f}",
+    }
+    finish("audit", line, summary, args, load_before)
     return 0 if agree and report["verdict"] == "PASS" else 1
 
 

@@ -20,9 +20,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import os
-import platform
 import signal
 import sys
 import tempfile
@@ -31,13 +28,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import _results
 from throughput import run as throughput_run  # the bench/throughput.py workload
 
 from hybridmq.broker.runtime import install_uvloop
 from hybridmq.client import Producer
 from hybridmq.local.runner import LocalCluster
 
-RESULTS = Path(__file__).resolve().parent / "results" / "failover.jsonl"
 PARTITION = "local-fixed-0"
 
 
@@ -114,7 +111,7 @@ def main() -> None:
     ap.add_argument("--fsync", default="group", choices=["group", "always", "never"])
     args = ap.parse_args()
     install_uvloop()
-    load_before = os.getloadavg()[0]
+    load_before = _results.load_average()
 
     with tempfile.TemporaryDirectory(prefix="hmq-failover-") as tmp:
         cluster = LocalCluster(
@@ -125,32 +122,29 @@ def main() -> None:
     single = throughput(1, args)
     double = throughput(2, args)
     ratio = double / single
-    record = {
-        "bench": "failover",
-        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "trials": len(times),
-        "replicas": args.replicas,
-        "lease_s": args.lease_s,
-        "p50_s": round(percentile(times, 0.5), 3),
-        "p99_s": round(percentile(times, 0.99), 3),
-        "max_s": round(max(times), 3),
-        "failover_s": [round(t, 3) for t in times],
-        "throughput_1_replica": round(single),
-        "throughput_2_replicas": round(double),
-        "replicated_ratio": round(ratio, 3),
-        "messages": args.messages,
-        "fsync": args.fsync,
-        "cpus": os.cpu_count(),
-        "loadavg_1m_before": round(load_before, 2),
-        "python": platform.python_version(),
-    }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    with RESULTS.open("a") as f:
-        f.write(json.dumps(record) + "\n")
-    print(json.dumps(record))
-    print(
-        f"trials={len(times)} p50_s={record['p50_s']:.3f} p99_s={record['p99_s']:.3f} "
-        f"replicated_ratio={ratio:.2f}"
+    _results.append(
+        "failover",
+        {
+            "trials": len(times),
+            "replicas": args.replicas,
+            "lease_s": args.lease_s,
+            "p50_s": round(percentile(times, 0.5), 3),
+            "p99_s": round(percentile(times, 0.99), 3),
+            "max_s": round(max(times), 3),
+            "failover_s": [round(t, 3) for t in times],
+            "throughput_1_replica": round(single),
+            "throughput_2_replicas": round(double),
+            "replicated_ratio": round(ratio, 3),
+            "messages": args.messages,
+            "fsync": args.fsync,
+        },
+        {
+            "trials": len(times),
+            "p50_s": f"{percentile(times, 0.5):.3f}",
+            "p99_s": f"{percentile(times, 0.99):.3f}",
+            "replicated_ratio": f"{ratio:.2f}",
+        },
+        load_before,
     )
 
 

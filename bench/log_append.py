@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import platform
 import shutil
@@ -27,10 +26,10 @@ import tempfile
 import time
 from pathlib import Path
 
+import _results  # bench/, the script's directory
+
 from hybridmq.broker.log import LogConfig, PartitionLog, iter_headers
 from hybridmq.broker.replication import BackupFetcher, LocalTransport, PartitionPrimary
-
-RESULTS = Path(__file__).resolve().parent / "results" / "log_append.jsonl"
 
 
 async def produce(
@@ -136,10 +135,7 @@ async def main() -> None:
 
     records = batches * args.batch_records
     result = {
-        "bench": "log_append",
-        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "host": platform.node(),
-        "python": platform.python_version(),
         "params": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
         "batches_per_s": round(batches / elapsed, 1),
         "records_per_s": round(records / elapsed),
@@ -150,13 +146,10 @@ async def main() -> None:
         "read_batches": read_batches,
         "recovery_segments_scanned": recovery.segments_scanned,
     }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    with RESULTS.open("a") as f:
-        f.write(json.dumps(result) + "\n")
-    print(json.dumps(result, indent=2))
-    print(
-        f"batches_per_s={result['batches_per_s']} records_per_s={result['records_per_s']} "
-        f"mb_per_s={result['mb_per_s']} fsyncs={fsyncs} read_mb_per_s={result['read_mb_per_s']}"
+    _results.append(
+        "log_append",
+        result,
+        {k: result[k] for k in ("batches_per_s", "records_per_s", "mb_per_s", "fsyncs", "read_mb_per_s")},
     )
 
 

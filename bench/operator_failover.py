@@ -19,7 +19,6 @@ Usage: ``python bench/operator_failover.py [--trials 10] [--partitions 2000]``; 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -33,6 +32,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "hack"), str(REPO / "tests/k8s")]
 
+import _results  # noqa: E402  (bench/, the script's directory)
 from kubernetes import watch  # noqa: E402
 from operator_harness import (  # noqa: E402
     GROUP,
@@ -217,6 +217,7 @@ def main() -> int:
     )
     if not existing:
         cluster.up()
+    load_before = _results.load_average()
     ns = f"bench-{uuid.uuid4().hex[:5]}"
     op: OperatorProcess | None = None
     try:
@@ -231,8 +232,7 @@ def main() -> int:
         if not existing:
             cluster.down(keep_dir=False)
     p50, p99 = statistics.median(times), percentile(times, 0.99)
-    record = {
-        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    figures = {
         "broker": os.environ.get("HYBRIDMQ_TEST_BROKER", "stub"),
         "trials": len(times),
         "status_p50_s": round(p50, 3),
@@ -243,19 +243,20 @@ def main() -> int:
         "reassigned_partitions": led,
         "reassign_s": round(reassign_s, 3),
     }
-    out = REPO / "bench/results/operator_failover.jsonl"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with out.open("a") as f:
-        f.write(json.dumps(record) + "\n")
-    print(json.dumps(record))
     if produce_times:
         print(
-            f"(deletion -> first acknowledged produce: p50 {record['produce_p50_s']}s "
-            f"p99 {record['produce_p99_s']}s; {led} partitions reassigned)"
+            f"(deletion -> first acknowledged produce: p50 {figures['produce_p50_s']}s "
+            f"p99 {figures['produce_p99_s']}s; {led} partitions reassigned)"
         )
     else:
         print(f"(deletion -> status; produce timing needs the real broker: n/a; {led} partitions reassigned)")
-    print(f"trials={len(times)} p50_s={p50:.3f} p99_s={p99:.3f} reassign_1000_s={reassign_s:.3f}")
+    summary = {"trials": len(times), "p50_s": f"{p50:.3f}", "p99_s": f"{p99:.3f}"}
+    _results.append(
+        "operator_failover",
+        figures,
+        {**summary, "reassign_1000_s": f"{reassign_s:.3f}"},
+        load_before,
+    )
     return 0
 
 

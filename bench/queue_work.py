@@ -22,18 +22,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import os
-import platform
 import tempfile
 import time
 from pathlib import Path
+
+import _results  # bench/, the script's directory
 
 from hybridmq.broker.runtime import install_uvloop
 from hybridmq.client import Consumer, Message, Producer
 from hybridmq.local.runner import LocalCluster
 
-RESULTS = Path(__file__).resolve().parent / "results" / "queue_work.jsonl"
 QUEUE = "queue:bench.work"
 
 
@@ -100,36 +98,29 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=600.0)
     args = ap.parse_args()
     install_uvloop()
-    load_before = os.getloadavg()[0]  # other work on the box skews the numbers: record it
+    load_before = _results.load_average()  # other work on the box skews the numbers: record it
     with (
         tempfile.TemporaryDirectory(prefix="hmq-bench-") as tmp,
         LocalCluster(Path(tmp), mms=1, fixed_per_mm=1, on_demand_per_mm=1) as cluster,
     ):
         result = asyncio.run(run(cluster.bootstrap, args))
-    record = {
-        "bench": "queue_work",
-        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "workers": args.workers,
-        "messages": args.messages,
-        "work_ms": args.work_ms,
-        "window": args.window,
-        "slow": args.slow,
-        "slow_factor": args.slow_factor,
-        "linger_ms": args.linger_ms,
-        "cpus": os.cpu_count(),
-        "loadavg_1m_before": round(load_before, 2),
-        "python": platform.python_version(),
-        **{k: round(v, 3) for k, v in result.items()},
-    }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    with RESULTS.open("a") as f:
-        f.write(json.dumps(record) + "\n")
-    print(json.dumps(record))
-    print(
-        " ".join(
-            f"{k}={result[k]:.3f}"
+    _results.append(
+        "queue_work",
+        {
+            "workers": args.workers,
+            "messages": args.messages,
+            "work_ms": args.work_ms,
+            "window": args.window,
+            "slow": args.slow,
+            "slow_factor": args.slow_factor,
+            "linger_ms": args.linger_ms,
+            **{k: round(v, 3) for k, v in result.items()},
+        },
+        {
+            k: f"{result[k]:.3f}"
             for k in ("msgs_per_s", "worker_share_min", "worker_share_max", "redelivered")
-        )
+        },
+        load_before,
     )
 
 

@@ -25,21 +25,19 @@ pyarrow_selective_s).
 """
 
 import argparse
-import os
 import statistics
 import sys
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _results
 from audit import finish, generate
 
-RESULTS = Path(__file__).resolve().parent / "results" / "read.jsonl"
 SELECT = ("producer_id", "sequence")
 
 
@@ -93,7 +91,7 @@ def main() -> int:
 
     from hybridmq.spark.session import build_session
 
-    load_before = os.getloadavg()[0]
+    load_before = _results.load_average()
     spark = build_session(
         master=args.master, app_name="hybridmq-bench-read", extra={"spark.driver.memory": "2g"}
     )
@@ -141,9 +139,7 @@ def main() -> int:
     ratio = med["spark_count"] / med["pyarrow"]
     selective_ratio = med["spark_selective"] / med["pyarrow_selective"]
     line = {
-        "bench": "read",
         "source": "hybridmq-export",
-        "time": datetime.now(UTC).isoformat(timespec="seconds"),
         "records": counts["pyarrow"],
         **{f"{k}_s": round(v, 3) for k, v in med.items()},
         **{f"{k}_runs": [round(x, 3) for x in v] for k, v in runs.items()},
@@ -159,13 +155,17 @@ def main() -> int:
             f" selective {med['python_selective']:.2f}s (ratio {line['python_selective_ratio']}),"
             f" with columns {med['python_columns']:.2f}s (ratio {line['python_columns_ratio']})"
         )
-    finish(RESULTS, line, args, load_before)
-    print(
-        f"records={counts['pyarrow']} spark_count_s={med['spark_count']:.2f} pyarrow_s={med['pyarrow']:.2f}"
-        f" ratio={ratio:.2f} spark_selective_s={med['spark_selective']:.2f}"
-        f" pyarrow_selective_s={med['pyarrow_selective']:.2f} selective_ratio={selective_ratio:.2f}"
-        f" spark_floor_s={med['spark_floor']:.2f}"
-    )
+    summary = {
+        "records": counts["pyarrow"],
+        "spark_count_s": f"{med['spark_count']:.2f}",
+        "pyarrow_s": f"{med['pyarrow']:.2f}",
+        "ratio": f"{ratio:.2f}",
+        "spark_selective_s": f"{med['spark_selective']:.2f}",
+        "pyarrow_selective_s": f"{med['pyarrow_selective']:.2f}",
+        "selective_ratio": f"{selective_ratio:.2f}",
+        "spark_floor_s": f"{med['spark_floor']:.2f}",
+    }
+    finish("read", line, summary, args, load_before)
     return 0
 
 

@@ -33,8 +33,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
-import json
-import os
 import platform
 import signal
 import tempfile
@@ -43,11 +41,12 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import _results  # bench/, the script's directory
+
 from hybridmq.broker.runtime import install_uvloop
 from hybridmq.client import ClientError, Consumer, Fetcher, Message, Producer
 from hybridmq.local.runner import LocalCluster
 
-RESULTS = Path(__file__).resolve().parent / "results" / "rolling.jsonl"
 DEST = "queue:rolling"
 DMQ = "queue:_DMQ"
 
@@ -284,20 +283,8 @@ def main() -> None:
     parser.add_argument("--before", type=float, default=3.0, help="seconds of steady load before the roll")
     args = parser.parse_args()
     install_uvloop()
+    load_before = _results.load_average()
     result = asyncio.run(run(args))
-    record = {
-        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "host": platform.node(),
-        "cpus": os.cpu_count(),
-        "load_average": round(os.getloadavg()[0], 1),
-        "partitions": args.partitions,
-        "rate": args.rate,
-        **result,
-    }
-    RESULTS.parent.mkdir(exist_ok=True)
-    with RESULTS.open("a") as f:
-        f.write(json.dumps(record) + "\n")
-    print(json.dumps(record))
     keys = (
         "failed_sends",
         "lost",
@@ -309,7 +296,8 @@ def main() -> None:
         "failovers_while_reading",
         "dmq",
     )
-    print(" ".join(f"{k}={record[k]}" for k in keys))
+    figures = {"host": platform.node(), "partitions": args.partitions, "rate": args.rate, **result}
+    _results.append("rolling", figures, {k: figures[k] for k in keys}, load_before)
 
 
 if __name__ == "__main__":

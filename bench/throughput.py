@@ -25,7 +25,6 @@ import argparse
 import asyncio
 import json
 import os
-import platform
 import statistics
 import struct
 import subprocess
@@ -35,13 +34,13 @@ import time
 from pathlib import Path
 from ssl import SSLContext
 
+import _results  # bench/, the script's directory
 import psutil
 
 from hybridmq.broker.runtime import install_uvloop
 from hybridmq.client import Consumer, Producer
 from hybridmq.local.runner import LocalCluster
 
-RESULTS = Path(__file__).resolve().parent / "results" / "throughput.jsonl"
 _TS = struct.Struct(">q")
 
 
@@ -244,7 +243,7 @@ def main() -> None:
         os.makedirs(args.profile, exist_ok=True)
         os.environ["HYBRIDMQ_PROFILE"] = os.path.abspath(args.profile)
     install_uvloop()
-    load_before = os.getloadavg()[0]  # other work on the box skews the numbers: record it
+    load_before = _results.load_average()  # other work on the box skews the numbers: record it
     if args.tls:
         rounds: dict[bool, list[dict[str, float]]] = {False: [], True: []}
         for _ in range(args.rounds):
@@ -266,34 +265,29 @@ def main() -> None:
     else:
         result = measure(args, False)
         runs = {}
-    record = {
-        "bench": ("throughput-awaited" if args.awaited else "throughput") + ("-tls" if args.tls else ""),
-        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "messages": args.messages,
-        "size": args.size,
-        "linger_ms": args.linger_ms,
-        "batch_bytes": args.batch_bytes,
-        "fsync": args.fsync,
-        "window": args.window,
-        "pending_bytes": args.pending_bytes,
-        **({"in_flight": args.in_flight} if args.awaited else {}),
-        "max_backlog": args.max_backlog,
-        "dest": args.dest,
-        "cpus": os.cpu_count(),
-        "loadavg_1m_before": round(load_before, 2),
-        "profiled": bool(args.profile),
-        "python": platform.python_version(),
-        **{k: round(v, 3) for k, v in result.items()},
-        **{k: [round(v) for v in vs] for k, vs in runs.items()},
-        "loadavg_1m_after": round(os.getloadavg()[0], 2),
-    }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    with RESULTS.open("a") as f:
-        f.write(json.dumps(record) + "\n")
-    print(json.dumps(record))
     # tls_ratio last: the line ends with it.
     order = sorted(result, key=lambda k: k == "tls_ratio")
-    print(" ".join(f"{k}={result[k]:.2f}" for k in order))
+    _results.append(
+        "throughput",
+        {
+            "bench": ("throughput-awaited" if args.awaited else "throughput") + ("-tls" if args.tls else ""),
+            "messages": args.messages,
+            "size": args.size,
+            "linger_ms": args.linger_ms,
+            "batch_bytes": args.batch_bytes,
+            "fsync": args.fsync,
+            "window": args.window,
+            "pending_bytes": args.pending_bytes,
+            **({"in_flight": args.in_flight} if args.awaited else {}),
+            "max_backlog": args.max_backlog,
+            "dest": args.dest,
+            "profiled": bool(args.profile),
+            **{k: round(v, 3) for k, v in result.items()},
+            **{k: [round(v) for v in vs] for k, vs in runs.items()},
+        },
+        {k: f"{result[k]:.2f}" for k in order},
+        load_before,
+    )
 
 
 if __name__ == "__main__":
