@@ -27,9 +27,10 @@ class Issued:
 CN_MAX = 64  # X.509 upper bound of a common name
 
 
-def _cn(common_name: str) -> x509.Name:
+def _cn(common_name: str, organizations: Iterable[str] = ()) -> x509.Name:
     # Names come from Kubernetes objects (a namespace alone may be 63 characters): keep the start.
-    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name[:CN_MAX])])
+    attrs = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, org) for org in organizations]
+    return x509.Name([*attrs, x509.NameAttribute(NameOID.COMMON_NAME, common_name[:CN_MAX])])
 
 
 def _now() -> dt.datetime:
@@ -94,26 +95,30 @@ def issue(
     dns_names: Iterable[str] = (),
     ip_addresses: Iterable[str] = (),
     days: int = 90,
+    organizations: Iterable[str] = (),
+    server: bool = True,
+    client: bool = True,
 ) -> Issued:
-    """A certificate for one broker role (or one user), valid for server and client authentication."""
+    """A certificate for one broker role (or one user), valid for server and client authentication
+    unless ``server`` or ``client`` says otherwise. ``organizations`` go in the subject (Kubernetes
+    reads them as the groups of a client certificate)."""
     ca_cert, ca_key = _load_ca(ca)
+    usages = [ExtendedKeyUsageOID.SERVER_AUTH] if server else []
+    usages += [ExtendedKeyUsageOID.CLIENT_AUTH] if client else []
     key = _key()
     now = _now()
     sans: list[x509.GeneralName] = [x509.DNSName(d) for d in dict.fromkeys(dns_names)]
     sans += [x509.IPAddress(ipaddress.ip_address(i)) for i in dict.fromkeys(ip_addresses)]
     builder = (
         x509.CertificateBuilder()
-        .subject_name(_cn(common_name))
+        .subject_name(_cn(common_name, organizations))
         .issuer_name(ca_cert.subject)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - dt.timedelta(minutes=5))
         .not_valid_after(now + dt.timedelta(days=days))
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(
-            x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]),
-            critical=False,
-        )
+        .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
         .add_extension(
             x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False
         )
