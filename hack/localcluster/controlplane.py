@@ -23,6 +23,7 @@ from typing import Any
 
 import psutil
 
+from hybridmq.local.ports import PortReservations
 from localcluster import health, processes
 from localcluster.agent.ipam import pick_pod_cidr
 from localcluster.binaries import REPO_ROOT, find_bin_dir
@@ -172,15 +173,21 @@ class LocalCluster:
         self.directory.mkdir(parents=True)
         self.marker = uuid.uuid4().hex
         bins = self.bin_dir
+        # Each component's ports are held from the moment they are picked until it serves them:
+        # another program picking a free port meanwhile cannot take one (the components bind with
+        # SO_REUSEADDR, as the hold does, so they can listen on a held port).
+        ports = PortReservations()
         try:
-            self._start(bins, progress)
+            self._start(bins, progress, ports)
         except BaseException:
             progress("startup failed; stopping what was started (logs in %s)" % (self.directory / "logs"))
             self.down(progress=lambda _m: None, keep_dir=True)
             raise
+        finally:
+            ports.close()  # every component listens now (or is stopped)
         progress(f"cluster ready in {time.monotonic() - started:.1f}s; KUBECONFIG={self.kubeconfig}")
 
-    def _start(self, bins: Path, progress: Progress) -> None:
+    def _start(self, bins: Path, progress: Progress, ports: PortReservations) -> None:
         pki = self.directory / "pki"
         progress("generating certificates")
         ca = CertificateAuthority(pki)
@@ -213,11 +220,10 @@ class LocalCluster:
             ip_addresses=("127.0.0.1",),
             server=True,
         )
-        self.kubelet_port = processes.free_port()
-
-        etcd_port, etcd_peer = processes.free_port(), processes.free_port()
-        self.api_port = processes.free_port()
-        kcm_port, sched_port = processes.free_port(), processes.free_port()
+        self.kubelet_port = ports.reserve()
+        etcd_port, etcd_peer = ports.reserve(), ports.reserve()
+        self.api_port = ports.reserve()
+        kcm_port, sched_port = ports.reserve(), ports.reserve()
         server = self.api_url
         write_kubeconfig(self.kubeconfig, server, ca.pair.cert_path, admin)
         kcm_kubeconfig = write_kubeconfig(

@@ -3,9 +3,9 @@
 Another program picking a free port is offered any port nobody holds. Held by nobody between the
 moment the cluster picked it and the moment the broker binds it (seconds on a loaded machine, and
 again from a kill to the restart), the port could be served by someone else: the broker then failed
-to bind and the CM never linked ("cm-0 did not connect to every MM"). The squatter below binds the
-cluster's port numbers the way a free-port pick does (no ``SO_REUSEADDR``: the kernel's conflict
-rule for a port-0 pick is the one for that bind) and serves whatever it got.
+to bind and the CM never linked ("cm-0 did not connect to every MM"). The squatter
+(``localcluster.testing.squat``) binds the cluster's port numbers the way a free-port pick does and
+serves whatever it got.
 """
 
 from __future__ import annotations
@@ -18,46 +18,7 @@ from pathlib import Path
 
 from hybridmq.client import Consumer, Message, Producer
 from hybridmq.local.runner import LocalCluster
-
-SQUAT = """
-import socket, sys
-held = []
-for port in map(int, sys.argv[1:]):
-    s = socket.socket()
-    try:
-        s.bind(("127.0.0.1", port))
-        s.listen()
-        held.append(s)
-        print("took", port, flush=True)
-    except OSError:
-        print("refused", port, flush=True)
-print("done", flush=True)
-sys.stdin.read()  # serve (accept nothing) until the test lets go
-"""
-
-
-def squat(ports: list[int]) -> tuple[subprocess.Popen[str], list[int]]:
-    """Another program tries to serve ``ports``; returns it and the ports it got."""
-    proc = subprocess.Popen(
-        [sys.executable, "-c", SQUAT, *map(str, ports)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdout is not None
-    took = []
-    for line in proc.stdout:
-        if line.startswith("done"):
-            break
-        if line.startswith("took"):
-            took.append(int(line.split()[1]))
-    return proc, took
-
-
-def let_go(proc: subprocess.Popen[str]) -> None:
-    assert proc.stdin is not None
-    proc.stdin.close()
-    proc.wait(10)
+from localcluster.testing import let_go, squat
 
 
 async def roundtrip(cluster: LocalCluster, dest: str, count: int) -> list[bytes]:
