@@ -76,7 +76,7 @@ def _session_cluster(request: pytest.FixtureRequest) -> LocalCluster:
         config.add_cleanup(teardown)
         try:
             cluster.up(progress=stderr_progress)
-        except (RuntimeError, TimeoutError) as exc:  # e.g. a free port taken in between: try once more
+        except (RuntimeError, TimeoutError) as exc:  # e.g. a component slow to start: try once more
             stderr_progress(f"cluster startup failed ({exc}); retrying once")
             cluster.up(progress=stderr_progress)
     config.stash[_CLUSTER] = cluster

@@ -15,7 +15,6 @@ import base64
 import os
 import shlex
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -31,6 +30,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from hybridmq.local.ports import PortReservations
 from localcluster import LocalCluster
 from localcluster.testing import wait_for
 
@@ -75,12 +75,6 @@ def trust_cluster_ca(kube: Kube, cluster: str, directory: Path) -> ssl.SSLContex
 def forget_cluster_ca() -> None:
     os.environ.pop("HYBRIDMQ_TLS_CA", None)
     os.environ.pop("HYBRIDMQ_TLS_SERVER_NAME", None)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def apply_crds(cluster: LocalCluster) -> None:
@@ -128,15 +122,19 @@ class OperatorProcess:
         self.log = cluster.directory / f"operator-{namespace}.log"
         self.liveness_port = 0
         self.metrics_port = 0
+        # Held from the moment they are picked until the operator process is gone: no other
+        # program can take them before it listens (it binds with SO_REUSEADDR, as the hold does).
+        self.ports = PortReservations()
         self.standalone = True
 
     def start(self) -> OperatorProcess:
         env = self.cluster.env()
         env["HYBRIDMQ_BROKER_COMMAND"] = broker_command(self.broker)
-        self.metrics_port = free_port()
+        self.ports.close()  # a restart: the previous process is gone
+        self.metrics_port = self.ports.reserve()
         env["HYBRIDMQ_OPERATOR_METRICS"] = f"127.0.0.1:{self.metrics_port}"
         env.update(self.extra_env)
-        self.liveness_port = free_port()
+        self.liveness_port = self.ports.reserve()
         argv = [
             str(REPO / ".venv/bin/hybridmq-operator"),
             *(["--standalone"] if self.standalone else []),
@@ -156,6 +154,7 @@ class OperatorProcess:
             os.killpg(self.proc.pid, sig)
             self.proc.wait(timeout=30)
         self.proc = None
+        self.ports.close()
 
     def stop(self) -> None:
         self.kill(signal.SIGTERM)
