@@ -16,28 +16,57 @@ from __future__ import annotations
 import argparse
 import json
 import signal
+import urllib.error
 import urllib.request
 from pathlib import Path
 
 from hybridmq.broker.auth import cluster_secret
-from hybridmq.local.runner import SECRET_FILE
+from hybridmq.local.runner import CONTROLLER_FILE, SECRET_FILE
+
+
+def _controller(directory: Path) -> tuple[str, dict[str, str]]:
+    """The running controller's URL and the headers that authenticate to it; a one-line
+    ``SystemExit`` when ``directory`` holds no cluster that has one."""
+    try:
+        url = str(json.loads((directory / CONTROLLER_FILE).read_text())["url"])
+    except FileNotFoundError:
+        if (directory / SECRET_FILE).exists():
+            raise SystemExit(
+                f"hybridmq local: the cluster in {directory} runs without a controller: kill, start and "
+                "state need one started with --replicas"
+            ) from None
+        raise SystemExit(f"hybridmq local: no cluster runs in {directory} (see --dir)") from None
+    except (OSError, ValueError, KeyError) as exc:
+        raise SystemExit(f"hybridmq local: cannot read {directory / CONTROLLER_FILE}: {exc}") from None
+    try:
+        return url, cluster_secret.bearer(cluster_secret.load(directory / SECRET_FILE))
+    except cluster_secret.ClusterSecretError as exc:
+        raise SystemExit(f"hybridmq local: {exc}") from None
+
+
+def _call(req: urllib.request.Request, directory: Path, timeout: float) -> bytes:
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return bytes(resp.read())
+    except urllib.error.HTTPError as exc:  # e.g. an unknown MM: the controller says which
+        raise SystemExit(f"hybridmq local: {exc.read().decode(errors='replace').strip()}") from None
+    except OSError as exc:
+        raise SystemExit(f"hybridmq local: the cluster in {directory} does not answer ({exc})") from None
 
 
 def control(args: argparse.Namespace) -> None:
     action, *rest = args.action
-    url = json.loads((Path(args.dir) / "controller.json").read_text())["url"]
-    headers = cluster_secret.bearer(cluster_secret.load(Path(args.dir) / SECRET_FILE))
+    if action not in ("kill", "start", "state") or len(rest) != (0 if action == "state" else 1):
+        raise SystemExit("usage: hybridmq local kill|start <mm> [--signal KILL|STOP|CONT|TERM] | state")
+    directory = Path(args.dir)
+    url, headers = _controller(directory)
     if action == "state":
         req = urllib.request.Request(f"{url}/state", headers=headers)
-        with urllib.request.urlopen(req, timeout=10) as resp:
-            print(json.dumps(json.loads(resp.read()), indent=1))
+        print(json.dumps(json.loads(_call(req, directory, 10)), indent=1))
         return
-    if action not in ("kill", "start") or len(rest) != 1:
-        raise SystemExit("usage: hybridmq local kill|start <mm> [--signal KILL|STOP|CONT|TERM] | state")
     path = f"/kill/{rest[0]}?signal={args.signal}" if action == "kill" else f"/start/{rest[0]}"
     req = urllib.request.Request(url + path, method="POST", headers=headers)
-    with urllib.request.urlopen(req, timeout=30) as resp:
-        print(resp.read().decode())
+    print(_call(req, directory, 30).decode())
 
 
 def run(args: argparse.Namespace) -> None:

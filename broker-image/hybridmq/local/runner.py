@@ -54,6 +54,7 @@ from hybridmq.local.controller import LocalController, cluster_spec
 from hybridmq.local.ports import PortReservations
 
 SECRET_FILE = "cluster-secret"
+CONTROLLER_FILE = "controller.json"  # the controller's URL while a cluster with one runs
 SIGNALS = {"KILL": signal.SIGKILL, "TERM": signal.SIGTERM, "STOP": signal.SIGSTOP, "CONT": signal.SIGCONT}
 # How long a broker may take to listen / a CM to link every MM: Python's start-up alone takes tens of
 # seconds on a loaded 2-core machine. A broker that exits is reported at once, not after the bound.
@@ -278,6 +279,7 @@ class LocalCluster:
         self.wait_listening(name)
 
     def start(self) -> LocalCluster:
+        (self.dir / CONTROLLER_FILE).unlink(missing_ok=True)  # a former run's: nothing answers there
         if self.controller is None:
             for n in self.mm_names:
                 self.start_mm(n)
@@ -286,7 +288,7 @@ class LocalCluster:
             self.wait_linked()
             return self
         self.controller.start()
-        (self.dir / "controller.json").write_text(json.dumps({"url": self.controller.url}))
+        (self.dir / CONTROLLER_FILE).write_text(json.dumps({"url": self.controller.url}))
         try:
             # Spawned from this thread: the children get SIGTERM when the thread that forked them
             # ends (``PR_SET_PDEATHSIG``), so no helper threads here. The MMs start in parallel.
@@ -360,6 +362,7 @@ class LocalCluster:
             time.sleep(0.5)
 
     def stop(self) -> None:
+        (self.dir / CONTROLLER_FILE).unlink(missing_ok=True)
         if self.controller is not None:
             self.controller.stop()  # first: no failover storm while the brokers go away
             for proc in self.procs.values():  # a stopped process cannot handle SIGTERM

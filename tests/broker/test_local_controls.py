@@ -1,0 +1,108 @@
+"""``hybridmq local kill|start|state`` against the cluster running in ``--dir``.
+
+The process controls go through the local controller, which runs only with ``--replicas``: against
+a cluster started without it (or no cluster at all) they say so in one line and change nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from hybridmq.client import BlockingConsumer, BlockingProducer
+
+HYBRIDMQ = [sys.executable, "-m", "hybridmq.cli.main"]
+
+
+def local(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*HYBRIDMQ, "local", *args], capture_output=True, text=True, timeout=120)
+
+
+def running(tmp_path: Path, *options: str) -> Iterator[tuple[Path, str]]:
+    """``hybridmq local <options>`` in the foreground of a subprocess: its directory and bootstrap."""
+    directory = tmp_path / "local"
+    proc = subprocess.Popen(
+        [*HYBRIDMQ, "local", *options, "--dir", str(directory), "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert proc.stdout is not None
+    deadline = time.monotonic() + 120
+    bootstrap = ""
+    for line in proc.stdout:  # "hybridmq local: CMs at 127.0.0.1:P (1 MMs); Ctrl-C to stop"
+        if line.startswith("hybridmq local: CMs at "):
+            bootstrap = line.split()[4]
+            break
+        assert time.monotonic() < deadline, "hybridmq local did not start"
+    assert bootstrap, "hybridmq local exited before it started"
+    yield directory, bootstrap
+    proc.terminate()
+    proc.wait(30)
+
+
+@pytest.fixture
+def static_cluster(tmp_path: Path) -> Iterator[tuple[Path, str]]:
+    yield from running(tmp_path, "--mms", "1")
+
+
+@pytest.fixture
+def replicated_cluster(tmp_path: Path) -> Iterator[tuple[Path, str]]:
+    yield from running(tmp_path, "--mms", "2", "--replicas", "2")
+
+
+def roundtrip(bootstrap: str, dest: str) -> bytes:
+    producer = BlockingProducer(bootstrap)
+    try:
+        producer.send(dest, b"still here")
+    finally:
+        producer.close()
+    consumer = BlockingConsumer(bootstrap, dest)
+    try:
+        message = consumer.receive(timeout=30)
+        assert message is not None
+        return bytes(message.value)
+    finally:
+        consumer.close()
+
+
+@pytest.mark.parametrize("action", [["kill", "mm-0"], ["start", "mm-0"], ["state"]])
+def test_controls_without_replicas_say_so_in_one_line(
+    static_cluster: tuple[Path, str], action: list[str]
+) -> None:
+    directory, bootstrap = static_cluster
+    done = local("--dir", str(directory), *action)
+    assert done.returncode != 0
+    assert "Traceback" not in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert "--replicas" in done.stderr
+    assert roundtrip(bootstrap, "queue:controls") == b"still here"  # mm-0 was left alone
+
+
+def test_controls_where_no_cluster_runs_say_so_in_one_line(tmp_path: Path) -> None:
+    done = local("--dir", str(tmp_path / "nothing"), "kill", "mm-0")
+    assert done.returncode != 0
+    assert "Traceback" not in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert str(tmp_path / "nothing") in done.stderr
+
+
+def test_controls_with_replicas_act_and_refuse_an_unknown_mm_in_one_line(
+    replicated_cluster: tuple[Path, str],
+) -> None:
+    directory, _ = replicated_cluster
+    unknown = local("--dir", str(directory), "kill", "mm-9")
+    assert unknown.returncode != 0
+    assert "Traceback" not in unknown.stderr, unknown.stderr
+    assert unknown.stderr.strip() == "hybridmq local: cannot signal 'mm-9'"
+    killed = local("--dir", str(directory), "kill", "mm-1")
+    assert killed.returncode == 0, killed.stderr
+    state = local("--dir", str(directory), "state")
+    assert state.returncode == 0, state.stderr
+    assert "reports" in json.loads(state.stdout)
