@@ -1,6 +1,5 @@
 """The data source against a live ``hybridmq local`` cluster (1 CM + 2 MMs on loopback)."""
 
-import socket
 import subprocess
 import sys
 import time
@@ -11,20 +10,16 @@ import pytest
 from pyspark.sql import SparkSession
 
 from hybridmq.client import BlockingProducer
+from hybridmq.local.ports import PortReservations
 from hybridmq.spark.live import LiveClusterSource
 
 pytestmark = pytest.mark.spark
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    port = free_port()
+    held = PortReservations()  # until the CM listens: nobody else can take the port meanwhile
+    port = held.reserve()
     workdir: Path = tmp_path_factory.mktemp("local")
     log = (workdir / "local.log").open("w")
     proc = subprocess.Popen(
@@ -43,8 +38,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                 if proc.poll() is not None or time.monotonic() > deadline:
                     raise
             time.sleep(0.5)
+        held.close()
         yield bootstrap
     finally:
+        held.close()
         proc.terminate()
         try:
             proc.wait(15)
