@@ -52,6 +52,7 @@ CLUSTER_SECRET_KEY: Final = "secret"
 CONFIG_FILE: Final = "hybridmq.yaml"
 CONFIG_MOUNT: Final = "/etc/hybridmq"
 TLS_MOUNT: Final = "/etc/hybridmq-tls"  # not under CONFIG_MOUNT: a read-only mount cannot nest another
+AUTH_MOUNT: Final = "/etc/hybridmq-auth"  # the CMs' auth.secretName, likewise
 DATA_MOUNT: Final = "/var/lib/hybridmq"
 DATA_VOLUME: Final = "data"
 

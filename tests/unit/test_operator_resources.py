@@ -226,9 +226,23 @@ def test_tls_and_auth_secrets_are_mounted() -> None:
     assert vols["tls"]["secret"]["secretName"] == "tls-s"
     assert vols["auth"]["secret"]["secretName"] == "users"
     (cm,) = cm_pod["containers"]
-    assert env_of(cm)["HYBRIDMQ_CREDENTIALS"] == "/etc/hybridmq/auth"
+    mounts = {m["name"]: m["mountPath"] for m in cm["volumeMounts"]}
+    assert env_of(cm)["HYBRIDMQ_CREDENTIALS"] == mounts["auth"] == "/etc/hybridmq-auth"
     mm_pod = build_mm_statefulset(settings)["spec"]["template"]["spec"]
     assert "auth" not in {v["name"] for v in mm_pod["volumes"]}
+
+
+def test_no_volume_is_mounted_inside_another_mount() -> None:
+    """A mount inside a read-only one (the config map's) needs its mount point created in a
+    read-only file system: each Secret gets a path of its own."""
+    settings = ClusterSettings.from_body(
+        body(tls={"enabled": True, "secretName": "tls-s"}, auth={"enabled": True, "secretName": "users"})
+    )
+    for sts in (build_cm_statefulset(settings), build_mm_statefulset(settings)):
+        (container,) = sts["spec"]["template"]["spec"]["containers"]
+        paths = [m["mountPath"].rstrip("/") for m in container["volumeMounts"]]
+        nested = [(a, b) for a in paths for b in paths if a != b and b.startswith(a + "/")]
+        assert nested == [], f"{sts['metadata']['name']}: {nested}"
 
 
 def anti_affinity_key(sts: dict[str, Any]) -> str:

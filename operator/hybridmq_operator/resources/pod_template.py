@@ -53,7 +53,7 @@ def broker_env(settings: ClusterSettings, role: str) -> list[dict[str, Any]]:
         },
     ]
     if role == names.ROLE_CM and settings.auth.get("secretName"):
-        env.append({"name": "HYBRIDMQ_CREDENTIALS", "value": f"{names.CONFIG_MOUNT}/auth"})
+        env.append({"name": "HYBRIDMQ_CREDENTIALS", "value": names.AUTH_MOUNT})
     if role == names.ROLE_CM and users_managed(settings):  # BrokerUsers, read through the API
         env.append({"name": "HYBRIDMQ_USERS_SECRET", "value": names.users_secret_name(settings.name)})
     if broker_tls_secret(settings):  # every listener on TLS, mutual TLS between brokers
@@ -94,7 +94,7 @@ def broker_container(settings: ClusterSettings, role: str) -> dict[str, Any]:
     if tls_secret:
         mounts.append({"name": "tls", "mountPath": names.TLS_MOUNT, "readOnly": True})
     if role == names.ROLE_CM and settings.auth.get("secretName"):
-        mounts.append({"name": "auth", "mountPath": f"{names.CONFIG_MOUNT}/auth", "readOnly": True})
+        mounts.append({"name": "auth", "mountPath": names.AUTH_MOUNT, "readOnly": True})
     resources = settings.cm_resources if role == names.ROLE_CM else settings.mm_resources
     container: dict[str, Any] = {
         "name": role,
