@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -207,15 +208,36 @@ def _root_schema(
     return root
 
 
-def _crd(
-    *,
-    kind: str,
-    plural: str,
-    singular: str,
-    short_names: tuple[str, ...],
-    schema: Schema,
-    columns: list[Schema],
-) -> Schema:
+@dataclass(frozen=True)
+class _Resource:
+    """What one CRD is made of: the resource (its names), its spec and status models, a
+    description, root-level CEL rules (rule, message) and the printer columns as rows of
+    (name, type, JSON path, description[, priority]); Age is appended to every table."""
+
+    resource: type[BrokerCluster | Partition | BrokerUser]
+    spec: type[BaseModel]
+    status: type[BaseModel]
+    description: str
+    columns: tuple[tuple[Any, ...], ...]
+    rules: tuple[tuple[str, str], ...] = ()
+
+
+def _column(name: str, type_: str, path: str, description: str, priority: int = 0) -> Schema:
+    col: Schema = {"name": name, "type": type_, "jsonPath": path, "description": description}
+    if priority:
+        col["priority"] = priority
+    return col
+
+
+_AGE = ("Age", "date", ".metadata.creationTimestamp", "Time since creation.")
+
+
+def _condition(type_: str, field: str = "status") -> str:
+    return f'.status.conditions[?(@.type=="{type_}")].{field}'
+
+
+def _crd(r: _Resource) -> Schema:
+    kind, plural = r.resource.KIND, r.resource.PLURAL
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
@@ -230,8 +252,8 @@ def _crd(
                 "kind": kind,
                 "listKind": f"{kind}List",
                 "plural": plural,
-                "singular": singular,
-                "shortNames": list(short_names),
+                "singular": r.resource.SINGULAR,
+                "shortNames": list(r.resource.SHORT_NAMES),
                 "categories": ["hybridmq"],
             },
             "versions": [
@@ -240,125 +262,94 @@ def _crd(
                     "served": True,
                     "storage": True,
                     "subresources": {"status": {}},
-                    "additionalPrinterColumns": columns,
-                    "schema": {"openAPIV3Schema": schema},
+                    "additionalPrinterColumns": [_column(*row) for row in (*r.columns, _AGE)],
+                    "schema": {"openAPIV3Schema": _root_schema(r.spec, r.status, r.description, r.rules)},
                 }
             ],
         },
     }
 
 
-def _column(name: str, type_: str, path: str, description: str, priority: int = 0) -> Schema:
-    col: Schema = {"name": name, "type": type_, "jsonPath": path, "description": description}
-    if priority:
-        col["priority"] = priority
-    return col
+_BROKERCLUSTER = _Resource(
+    BrokerCluster,
+    BrokerClusterSpec,
+    BrokerClusterStatus,
+    "A HybridMQ cluster: Connection Managers, Message Managers and their partitions.",
+    rules=(
+        (
+            f"self.metadata.name.size() <= {CLUSTER_NAME_LIMIT}",
+            f"metadata.name must be at most {CLUSTER_NAME_LIMIT} characters: the names and "
+            "labels of the cluster's pods and Services derive from it (63 at most)",
+        ),
+    ),
+    columns=(
+        ("CMs", "integer", ".status.readyConnectionManagers", "Ready Connection Managers."),
+        ("MMs", "integer", ".status.readyMessageManagers", "Ready Message Managers."),
+        ("Partitions", "integer", ".status.partitions.total", "Partitions of the cluster."),
+        ("Ready", "string", _condition("Ready"), "Cluster is ready."),
+        ("Degraded", "string", _condition("Degraded"), "Running with less redundancy than asked for.", 1),
+        (
+            "Last-Failover",
+            "number",
+            ".status.lastFailoverSeconds",
+            "Seconds the last failover or handoff took, until every partition had a new primary.",
+            1,
+        ),
+        ("Image", "string", ".spec.image", "Broker image.", 1),
+    ),
+)
 
+_PARTITION = _Resource(
+    Partition,
+    PartitionSpec,
+    PartitionStatus,
+    "One partition of a BrokerCluster: fixed (keeps identity and order) or on-demand "
+    "(disposable). Its status is the operator's placement decision.",
+    columns=(
+        ("Cluster", "string", ".spec.cluster", "The BrokerCluster."),
+        ("Type", "string", ".spec.type", "fixed or on-demand."),
+        ("State", "string", ".status.state", "Pending, Active, Migrating, Draining, Drained."),
+        ("Primary", "string", ".status.primary", "MM holding the primary copy."),
+        ("Epoch", "integer", ".status.epoch", "Grows on each primary change."),
+        ("Backlog", "integer", ".status.backlog", "Messages not yet consumed."),
+        ("Replicas", "string", ".status.replicas", "Replicas in rank order.", 1),
+        ("In-Sync", "string", ".status.inSync", "Replicas caught up.", 1),
+        ("Producers", "integer", ".status.producers", "Attached producers.", 1),
+    ),
+)
 
-_AGE = _column("Age", "date", ".metadata.creationTimestamp", "Time since creation.")
+_BROKERUSER = _Resource(
+    BrokerUser,
+    BrokerUserSpec,
+    BrokerUserStatus,
+    "A client user of a BrokerCluster: its password (a Secret) and its ACLs per destination "
+    "pattern; the operator keeps the CMs in sync.",
+    rules=(
+        (
+            f"has(self.spec.username) || self.metadata.name.matches('{USERNAME_PATTERN}')",
+            "metadata.name is the user name when spec.username is unset: letters, digits, "
+            "'.', '_', '@', '-', at most 64 characters",
+        ),
+    ),
+    columns=(
+        ("Cluster", "string", ".spec.cluster", "The BrokerCluster."),
+        ("Username", "string", ".status.username", "The name clients log in with."),
+        ("Ready", "string", _condition("Ready"), "Admitted by the CMs."),
+        ("Reason", "string", _condition("Ready", "reason"), "Why (not).", 1),
+    ),
+)
 
 
 def brokercluster_crd() -> Schema:
-    return _crd(
-        kind=BrokerCluster.KIND,
-        plural=BrokerCluster.PLURAL,
-        singular=BrokerCluster.SINGULAR,
-        short_names=BrokerCluster.SHORT_NAMES,
-        schema=_root_schema(
-            BrokerClusterSpec,
-            BrokerClusterStatus,
-            "A HybridMQ cluster: Connection Managers, Message Managers and their partitions.",
-            rules=(
-                (
-                    f"self.metadata.name.size() <= {CLUSTER_NAME_LIMIT}",
-                    f"metadata.name must be at most {CLUSTER_NAME_LIMIT} characters: the names and "
-                    "labels of the cluster's pods and Services derive from it (63 at most)",
-                ),
-            ),
-        ),
-        columns=[
-            _column("CMs", "integer", ".status.readyConnectionManagers", "Ready Connection Managers."),
-            _column("MMs", "integer", ".status.readyMessageManagers", "Ready Message Managers."),
-            _column("Partitions", "integer", ".status.partitions.total", "Partitions of the cluster."),
-            _column("Ready", "string", '.status.conditions[?(@.type=="Ready")].status', "Cluster is ready."),
-            _column(
-                "Degraded",
-                "string",
-                '.status.conditions[?(@.type=="Degraded")].status',
-                "Running with less redundancy than asked for.",
-                priority=1,
-            ),
-            _column(
-                "Last-Failover",
-                "number",
-                ".status.lastFailoverSeconds",
-                "Seconds the last failover or handoff took, until every partition had a new primary.",
-                priority=1,
-            ),
-            _column("Image", "string", ".spec.image", "Broker image.", priority=1),
-            _AGE,
-        ],
-    )
+    return _crd(_BROKERCLUSTER)
 
 
 def partition_crd() -> Schema:
-    return _crd(
-        kind=Partition.KIND,
-        plural=Partition.PLURAL,
-        singular=Partition.SINGULAR,
-        short_names=Partition.SHORT_NAMES,
-        schema=_root_schema(
-            PartitionSpec,
-            PartitionStatus,
-            "One partition of a BrokerCluster: fixed (keeps identity and order) or on-demand "
-            "(disposable). Its status is the operator's placement decision.",
-        ),
-        columns=[
-            _column("Cluster", "string", ".spec.cluster", "The BrokerCluster."),
-            _column("Type", "string", ".spec.type", "fixed or on-demand."),
-            _column("State", "string", ".status.state", "Pending, Active, Migrating, Draining, Drained."),
-            _column("Primary", "string", ".status.primary", "MM holding the primary copy."),
-            _column("Epoch", "integer", ".status.epoch", "Grows on each primary change."),
-            _column("Backlog", "integer", ".status.backlog", "Messages not yet consumed."),
-            _column("Replicas", "string", ".status.replicas", "Replicas in rank order.", priority=1),
-            _column("In-Sync", "string", ".status.inSync", "Replicas caught up.", priority=1),
-            _column("Producers", "integer", ".status.producers", "Attached producers.", priority=1),
-            _AGE,
-        ],
-    )
+    return _crd(_PARTITION)
 
 
 def brokeruser_crd() -> Schema:
-    return _crd(
-        kind=BrokerUser.KIND,
-        plural=BrokerUser.PLURAL,
-        singular=BrokerUser.SINGULAR,
-        short_names=BrokerUser.SHORT_NAMES,
-        schema=_root_schema(
-            BrokerUserSpec,
-            BrokerUserStatus,
-            "A client user of a BrokerCluster: its password (a Secret) and its ACLs per destination "
-            "pattern; the operator keeps the CMs in sync.",
-            rules=(
-                (
-                    f"has(self.spec.username) || self.metadata.name.matches('{USERNAME_PATTERN}')",
-                    "metadata.name is the user name when spec.username is unset: letters, digits, "
-                    "'.', '_', '@', '-', at most 64 characters",
-                ),
-            ),
-        ),
-        columns=[
-            _column("Cluster", "string", ".spec.cluster", "The BrokerCluster."),
-            _column("Username", "string", ".status.username", "The name clients log in with."),
-            _column(
-                "Ready", "string", '.status.conditions[?(@.type=="Ready")].status', "Admitted by the CMs."
-            ),
-            _column(
-                "Reason", "string", '.status.conditions[?(@.type=="Ready")].reason', "Why (not).", priority=1
-            ),
-            _AGE,
-        ],
-    )
+    return _crd(_BROKERUSER)
 
 
 def all_crds() -> dict[str, Schema]:

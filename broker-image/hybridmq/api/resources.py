@@ -112,6 +112,16 @@ def _rules(*rules: tuple[str, str]) -> dict[str, Any]:
     return {"x-kubernetes-validations": [{"rule": rule, "message": message} for rule, message in rules]}
 
 
+def _checked(*rules: tuple[str, str]) -> ConfigDict:
+    """The config of a model the API server checks with CEL ``rules`` (camelCase field names)."""
+    return ConfigDict(json_schema_extra=_rules(*rules))
+
+
+def _section(model: type[BaseModel]) -> Any:
+    """A nested section of a spec that may be left out: its model's defaults, complete in the CRD."""
+    return Field(default_factory=model, json_schema_extra=_default_of(model))
+
+
 class _Model(BaseModel):
     """Base of every resource model: camelCase JSON, snake_case Python, unknown fields ignored."""
 
@@ -268,7 +278,7 @@ class MessageManagersSpec(_Model):
     """Message Managers: the pods that store partitions."""
 
     replicas: int = Field(default=3, ge=0, le=MAX_MESSAGE_MANAGERS, description="Number of MM pods.")
-    storage: StorageSpec = Field(default_factory=StorageSpec, json_schema_extra=_default_of(StorageSpec))
+    storage: StorageSpec = _section(StorageSpec)
     resources: ResourceRequirements | None = Field(default=None, description="MM container resources.")
     topology_key: str = Field(
         default="kubernetes.io/hostname",
@@ -284,10 +294,8 @@ class MessageManagersSpec(_Model):
 class FixedPartitionsSpec(_Model):
     """Fixed partitions keep their identity and their order for ever; they move with their data."""
 
-    model_config = ConfigDict(
-        json_schema_extra=_rules(
-            ("self.minInSync <= self.replicas", "partitions.fixed.minInSync must be <= replicas"),
-        )
+    model_config = _checked(
+        ("self.minInSync <= self.replicas", "partitions.fixed.minInSync must be <= replicas"),
     )
 
     count: int = Field(
@@ -344,24 +352,18 @@ class OnDemandPartitionsSpec(_Model):
 
 
 class PartitionsSpec(_Model):
-    fixed: FixedPartitionsSpec = Field(
-        default_factory=FixedPartitionsSpec, json_schema_extra=_default_of(FixedPartitionsSpec)
-    )
-    on_demand: OnDemandPartitionsSpec = Field(
-        default_factory=OnDemandPartitionsSpec, json_schema_extra=_default_of(OnDemandPartitionsSpec)
-    )
+    fixed: FixedPartitionsSpec = _section(FixedPartitionsSpec)
+    on_demand: OnDemandPartitionsSpec = _section(OnDemandPartitionsSpec)
 
 
 class FailureDetectionSpec(_Model):
     """How quickly a lost MM is noticed: each MM renews a coordination.k8s.io Lease."""
 
-    model_config = ConfigDict(
-        json_schema_extra=_rules(
-            (
-                "self.renewIntervalMilliseconds < self.leaseDurationSeconds * 1000",
-                "failureDetection.renewIntervalMilliseconds must be shorter than the lease duration",
-            ),
-        )
+    model_config = _checked(
+        (
+            "self.renewIntervalMilliseconds < self.leaseDurationSeconds * 1000",
+            "failureDetection.renewIntervalMilliseconds must be shorter than the lease duration",
+        ),
     )
 
     lease_duration_seconds: int = Field(
@@ -392,13 +394,11 @@ class AuthSpec(_Model):
 class TlsSpec(_Model):
     """TLS on every listener: clients -> CMs, CMs -> MMs, MM replication, the HTTP endpoints."""
 
-    model_config = ConfigDict(
-        json_schema_extra=_rules(
-            (
-                "!has(self.secretName) || self.enabled",
-                "tls.secretName names the certificates of a TLS listener: it needs tls.enabled true",
-            ),
-        )
+    model_config = _checked(
+        (
+            "!has(self.secretName) || self.enabled",
+            "tls.secretName names the certificates of a TLS listener: it needs tls.enabled true",
+        ),
     )
 
     enabled: bool = Field(
@@ -414,41 +414,31 @@ class TlsSpec(_Model):
 
 
 class BrokerClusterSpec(_Model):
-    model_config = ConfigDict(
-        json_schema_extra=_rules(
-            (
-                "self.messageManagers.replicas == 0"
-                " || self.partitions.fixed.minInSync <= self.messageManagers.replicas",
-                "partitions.fixed.minInSync must be <= messageManagers.replicas: with fewer MMs no "
-                "write could ever be acknowledged",
-            ),
-            (
-                "self.partitions.fixed.count + self.partitions.onDemand.perMessageManager"
-                f" * self.messageManagers.replicas <= {MAX_PARTITIONS_PER_CLUSTER}",
-                f"at most {MAX_PARTITIONS_PER_CLUSTER} partitions per cluster "
-                "(partitions.fixed.count + onDemand.perMessageManager * messageManagers.replicas)",
-            ),
-        )
+    model_config = _checked(
+        (
+            "self.messageManagers.replicas == 0"
+            " || self.partitions.fixed.minInSync <= self.messageManagers.replicas",
+            "partitions.fixed.minInSync must be <= messageManagers.replicas: with fewer MMs no "
+            "write could ever be acknowledged",
+        ),
+        (
+            "self.partitions.fixed.count + self.partitions.onDemand.perMessageManager"
+            f" * self.messageManagers.replicas <= {MAX_PARTITIONS_PER_CLUSTER}",
+            f"at most {MAX_PARTITIONS_PER_CLUSTER} partitions per cluster "
+            "(partitions.fixed.count + onDemand.perMessageManager * messageManagers.replicas)",
+        ),
     )
 
     image: str | None = Field(
         default=None, description="Broker image (CM and MM); the operator's default when unset."
     )
     image_pull_policy: ImagePullPolicy = Field(default=ImagePullPolicy.IF_NOT_PRESENT)
-    connection_managers: ConnectionManagersSpec = Field(
-        default_factory=ConnectionManagersSpec, json_schema_extra=_default_of(ConnectionManagersSpec)
-    )
-    message_managers: MessageManagersSpec = Field(
-        default_factory=MessageManagersSpec, json_schema_extra=_default_of(MessageManagersSpec)
-    )
-    partitions: PartitionsSpec = Field(
-        default_factory=PartitionsSpec, json_schema_extra=_default_of(PartitionsSpec)
-    )
-    failure_detection: FailureDetectionSpec = Field(
-        default_factory=FailureDetectionSpec, json_schema_extra=_default_of(FailureDetectionSpec)
-    )
-    auth: AuthSpec = Field(default_factory=AuthSpec, json_schema_extra=_default_of(AuthSpec))
-    tls: TlsSpec = Field(default_factory=TlsSpec, json_schema_extra=_default_of(TlsSpec))
+    connection_managers: ConnectionManagersSpec = _section(ConnectionManagersSpec)
+    message_managers: MessageManagersSpec = _section(MessageManagersSpec)
+    partitions: PartitionsSpec = _section(PartitionsSpec)
+    failure_detection: FailureDetectionSpec = _section(FailureDetectionSpec)
+    auth: AuthSpec = _section(AuthSpec)
+    tls: TlsSpec = _section(TlsSpec)
 
 
 class BrokerStatusEntry(_Model):
@@ -553,14 +543,12 @@ class BrokerCluster(_Model):
 class PartitionSpec(_Model):
     """What the partition is. Written by the operator when it creates the partition."""
 
-    model_config = ConfigDict(
-        json_schema_extra=_rules(
-            ("self.type == 'fixed' || !has(self.key)", "spec.key is only allowed when spec.type is fixed"),
-            (
-                "!has(self.minInSync) || self.minInSync <= self.replicas",
-                "spec.minInSync must be <= spec.replicas",
-            ),
-        )
+    model_config = _checked(
+        ("self.type == 'fixed' || !has(self.key)", "spec.key is only allowed when spec.type is fixed"),
+        (
+            "!has(self.minInSync) || self.minInSync <= self.replicas",
+            "spec.minInSync must be <= spec.replicas",
+        ),
     )
 
     cluster: str = Field(
