@@ -4,6 +4,7 @@ The broker side (``hybridmq.broker.kube_source`` and ``hybridmq.broker.lease``) 
 strings; they are plain constants so that neither side has to import the other.
 """
 
+from collections.abc import Callable
 from typing import Final
 
 GROUP: Final = "hybridmq.io"
@@ -69,49 +70,28 @@ def client_service_name(cluster: str) -> str:
     return cluster
 
 
-def cluster_secret_name(cluster: str) -> str:
-    return f"{cluster}-cluster-secret"
+def _suffixed(suffix: str) -> Callable[[str], str]:
+    def name(owner: str) -> str:
+        return f"{owner}-{suffix}"
+
+    return name
 
 
-def ca_secret_name(cluster: str) -> str:
-    """The cluster CA: its key, certificate and revocation list (read by the operator only)."""
-    return f"{cluster}-cluster-ca"
-
-
-def ca_cert_secret_name(cluster: str) -> str:
-    """The cluster CA's certificate alone: what clients mount to verify the CMs."""
-    return f"{cluster}-cluster-ca-cert"
-
-
-def broker_tls_secret_name(cluster: str) -> str:
-    """The brokers' certificate (``kubernetes.io/tls`` + ``ca.crt``, ``ca.crl``), mounted by every pod."""
-    return f"{cluster}-broker-tls"
-
-
-def users_secret_name(cluster: str) -> str:
-    """The CMs' users and ACLs, written from the cluster's BrokerUsers (hashed passwords only)."""
-    return f"{cluster}-users"
-
-
-def user_credentials_secret_name(user: str) -> str:
-    """A BrokerUser's generated password (keys ``username``, ``password``)."""
-    return f"{user}-credentials"
-
-
-def network_policy_name(cluster: str) -> str:
-    return f"{cluster}-mm-peers"
-
-
-def configmap_name(cluster: str) -> str:
-    return f"{cluster}-config"
+# Objects named after their cluster (or user), one a row: <owner>-<suffix>.
+cluster_secret_name = _suffixed("cluster-secret")  # what CMs and MMs present to each other
+ca_secret_name = _suffixed("cluster-ca")  # the cluster CA: key, certificate, CRL (the operator's only)
+ca_cert_secret_name = _suffixed("cluster-ca-cert")  # the CA's certificate alone: clients verify CMs with it
+# The brokers' certificate (kubernetes.io/tls + ca.crt, ca.crl), mounted by every pod:
+broker_tls_secret_name = _suffixed("broker-tls")
+users_secret_name = _suffixed("users")  # the CMs' users and ACLs from the BrokerUsers (hashes only)
+user_credentials_secret_name = _suffixed("credentials")  # a BrokerUser's generated password
+network_policy_name = _suffixed("mm-peers")
+configmap_name = _suffixed("config")
+service_account_name = _suffixed("broker")
 
 
 def pdb_name(cluster: str, role: str) -> str:
     return f"{cluster}-{role}"
-
-
-def service_account_name(cluster: str) -> str:
-    return f"{cluster}-broker"
 
 
 def fixed_partition_name(cluster: str, index: int) -> str:
