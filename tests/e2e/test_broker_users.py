@@ -8,7 +8,6 @@ import asyncio
 import base64
 import sys
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,10 +21,8 @@ from operator_harness import (
     VERSION,
     Kube,
     OperatorProcess,
-    apply_crds,
-    forget_cluster_ca,
+    real_brokers,
     sample_cluster,
-    teardown,
     trust_cluster_ca,
     wait_for,
 )
@@ -41,15 +38,9 @@ LIMIT_S = 5.0
 
 @pytest.fixture(scope="module")
 def real(local_cluster: LocalCluster) -> Iterator[tuple[Kube, OperatorProcess]]:
-    apply_crds(local_cluster)
-    ns = f"e2e-users-{uuid.uuid4().hex[:5]}"
-    local_cluster.create_namespace(ns)
-    kube = Kube(local_cluster, ns)
-    op = OperatorProcess(local_cluster, ns, broker="real").start()
-    yield kube, op
-    forget_cluster_ca()
-    teardown(kube, op)
-    local_cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+    """The conftest's, for the whole module (one BrokerCluster serves its tests)."""
+    with real_brokers(local_cluster, "e2e-users") as pair:
+        yield pair
 
 
 def user(name: str, acls: list[dict[str, Any]], password_secret: str | None = None) -> dict[str, Any]:

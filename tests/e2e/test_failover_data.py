@@ -19,8 +19,6 @@ import logging
 import subprocess
 import sys
 import traceback
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,10 +31,7 @@ from failover_workload import ConsumerLoad, ProducerLoad, StreamReader, check, s
 from operator_harness import (
     Kube,
     OperatorProcess,
-    apply_crds,
-    forget_cluster_ca,
     sample_cluster,
-    teardown,
     trust_cluster_ca,
     wait_for,
 )
@@ -48,18 +43,6 @@ pytestmark = pytest.mark.cluster
 
 DEST = "queue:k8s-failover"
 CLUSTER = "fo"
-
-
-@pytest.fixture
-def real(local_cluster: LocalCluster) -> Iterator[tuple[Kube, OperatorProcess]]:
-    apply_crds(local_cluster)
-    ns = f"e2e-data-{uuid.uuid4().hex[:5]}"
-    local_cluster.create_namespace(ns)
-    kube = Kube(local_cluster, ns)
-    op = OperatorProcess(local_cluster, ns, broker="real").start()
-    yield kube, op
-    teardown(kube, op)
-    local_cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
 
 
 def _status(kube: Kube, name: str) -> dict[str, Any]:
@@ -95,12 +78,6 @@ def _dump(local_cluster: LocalCluster, kube: Kube, op: OperatorProcess) -> str:
     for p in kube.partitions():
         out.append(f"{p['metadata']['name']}: {p.get('status')}")
     return "\n".join(out)
-
-
-@pytest.fixture(autouse=True)
-def _no_ca_left() -> Iterator[None]:
-    yield
-    forget_cluster_ca()
 
 
 def _bring_up(local_cluster: LocalCluster, kube: Kube, op: OperatorProcess, fixed: int, **spec: Any) -> str:

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import sys
 import urllib.request
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,11 +20,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "k8s"))
 from operator_harness import (
     Kube,
     OperatorProcess,
-    apply_crds,
     forget_cluster_ca,
     poll,
     sample_cluster,
-    teardown,
     trust_cluster_ca,
     wait_for,
 )
@@ -34,18 +30,6 @@ from operator_harness import (
 from localcluster import LocalCluster
 
 pytestmark = pytest.mark.cluster
-
-
-@pytest.fixture
-def real(local_cluster: LocalCluster) -> Iterator[tuple[Kube, OperatorProcess]]:
-    apply_crds(local_cluster)
-    ns = f"e2e-operator-{uuid.uuid4().hex[:5]}"
-    local_cluster.create_namespace(ns)
-    kube = Kube(local_cluster, ns)
-    op = OperatorProcess(local_cluster, ns, broker="real").start()
-    yield kube, op
-    teardown(kube, op)
-    local_cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
 
 
 def test_real_brokers_under_the_operator(

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 import shlex
 import signal
@@ -45,6 +46,7 @@ __all__ = [
     "broker_command",
     "forget_cluster_ca",
     "module_fixtures",
+    "real_brokers",
     "sample_cluster",
     "trust_cluster_ca",
     "wait_for",
@@ -262,6 +264,24 @@ def teardown(kube: Kube, operator: OperatorProcess | None, timeout: float = 60) 
                 except ApiException as exc:
                     if exc.status != 404:
                         raise
+
+
+@contextlib.contextmanager
+def real_brokers(cluster: LocalCluster, prefix: str) -> Iterator[tuple[Kube, OperatorProcess]]:
+    """A fresh namespace ``<prefix>-<random>`` and an operator there whose pods run the real
+    ``hybridmq cm|mm``: ``(kube, operator)``; afterwards its clusters are deleted, the operator
+    stopped, the namespace deleted and a trusted cluster CA forgotten."""
+    apply_crds(cluster)
+    ns = f"{prefix}-{uuid.uuid4().hex[:5]}"
+    cluster.create_namespace(ns)
+    kube = Kube(cluster, ns)
+    op = OperatorProcess(cluster, ns, broker="real").start()
+    try:
+        yield kube, op
+    finally:
+        forget_cluster_ca()
+        teardown(kube, op)
+        cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
 
 
 def wait_cluster_up(kube: Kube, name: str, mms: int, cms: int, timeout: float = 120) -> None:

@@ -22,9 +22,7 @@ from operator_harness import (
     REPO,
     Kube,
     OperatorProcess,
-    apply_crds,
     sample_cluster,
-    teardown,
     wait_cluster_up,
     wait_for,
 )
@@ -87,19 +85,6 @@ def second_node(local_cluster: LocalCluster, zone_key: str) -> Iterator[str]:
         core.patch_node(local_cluster.node_name, {"metadata": {"labels": {zone_key: None}}})
         with contextlib.suppress(ApiException):  # never registered
             core.delete_node(name)  # its pods go with it (the namespace is deleted too)
-
-
-@pytest.fixture
-def kube(local_cluster: LocalCluster, cluster_namespace: str) -> Kube:
-    apply_crds(local_cluster)
-    return Kube(local_cluster, cluster_namespace)
-
-
-@pytest.fixture
-def operator(local_cluster: LocalCluster, cluster_namespace: str, kube: Kube) -> Iterator[OperatorProcess]:
-    proc = OperatorProcess(local_cluster, cluster_namespace).start()
-    yield proc
-    teardown(kube, proc)
 
 
 def nodes_of_mms(kube: Kube) -> dict[str, str]:

@@ -10,7 +10,6 @@ import yaml
 from operator_harness import (
     Kube,
     OperatorProcess,
-    apply_crds,
     sample_cluster,
     teardown,
     wait_cluster_up,
@@ -25,9 +24,8 @@ pytestmark = pytest.mark.cluster
 
 @pytest.fixture
 def peered(
-    local_cluster: LocalCluster, cluster_namespace: str
+    local_cluster: LocalCluster, cluster_namespace: str, kube: Kube
 ) -> Iterator[tuple[OperatorProcess, OperatorProcess]]:
-    apply_crds(local_cluster)
     local_cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(PEERING_CRDS))
     for crd in PEERING_CRDS:
         local_cluster.kubectl("wait", "--for=condition=Established", f"crd/{crd['metadata']['name']}")
@@ -52,14 +50,13 @@ def peered(
         yield first, second
     finally:
         first.stop()
-        teardown(Kube(local_cluster, cluster_namespace), second)
+        teardown(kube, second)
 
 
 def test_standby_operator_takes_over(
-    local_cluster: LocalCluster, cluster_namespace: str, peered: tuple[OperatorProcess, OperatorProcess]
+    cluster_namespace: str, kube: Kube, peered: tuple[OperatorProcess, OperatorProcess]
 ) -> None:
     first, second = peered
-    kube = Kube(local_cluster, cluster_namespace)
     kube.create(sample_cluster("ha", cluster_namespace, mms=2, cms=1, fixed=2))
     wait_cluster_up(kube, "ha", 2, 1)
     # The standby (lower priority) stays paused: it has handled nothing.
