@@ -520,7 +520,20 @@ class BrokerClusterStatus(_Model):
         return [b.to_entry() for b in self.brokers]
 
 
-class BrokerCluster(_Model):
+class _Object(_Model):
+    """A namespaced object of the hybridmq.io group: its names in the API (class constants, the
+    CRD's) and the fields every such object has. ``kind``, ``spec`` and ``status`` are its own."""
+
+    KIND: ClassVar[str]
+    PLURAL: ClassVar[str]
+    SINGULAR: ClassVar[str]
+    SHORT_NAMES: ClassVar[tuple[str, ...]]
+
+    api_version: Literal["hybridmq.io/v1alpha1"] = API_VERSION
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+
+
+class BrokerCluster(_Object):
     """A HybridMQ cluster: CMs, MMs and the partitions they serve."""
 
     KIND: ClassVar[str] = "BrokerCluster"
@@ -528,9 +541,7 @@ class BrokerCluster(_Model):
     SINGULAR: ClassVar[str] = "brokercluster"
     SHORT_NAMES: ClassVar[tuple[str, ...]] = ("hbc",)
 
-    api_version: Literal["hybridmq.io/v1alpha1"] = API_VERSION
     kind: Literal["BrokerCluster"] = "BrokerCluster"
-    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
     spec: BrokerClusterSpec = Field(default_factory=BrokerClusterSpec)
     status: BrokerClusterStatus | None = None
 
@@ -629,7 +640,7 @@ class PartitionStatus(_Model):
         return [r for r in self.replicas if r != self.primary]
 
 
-class Partition(_Model):
+class Partition(_Object):
     """One partition of a BrokerCluster, fixed or on-demand."""
 
     KIND: ClassVar[str] = "Partition"
@@ -637,9 +648,7 @@ class Partition(_Model):
     SINGULAR: ClassVar[str] = "partition"
     SHORT_NAMES: ClassVar[tuple[str, ...]] = ("hpart",)
 
-    api_version: Literal["hybridmq.io/v1alpha1"] = API_VERSION
     kind: Literal["Partition"] = "Partition"
-    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
     spec: PartitionSpec
     status: PartitionStatus | None = None
 
@@ -747,7 +756,7 @@ class BrokerUserStatus(_Model):
     )
 
 
-class BrokerUser(_Model):
+class BrokerUser(_Object):
     """A user of a BrokerCluster and its ACLs, kept in sync on the CMs by the operator."""
 
     KIND: ClassVar[str] = "BrokerUser"
@@ -755,9 +764,7 @@ class BrokerUser(_Model):
     SINGULAR: ClassVar[str] = "brokeruser"
     SHORT_NAMES: ClassVar[tuple[str, ...]] = ("hbu",)
 
-    api_version: Literal["hybridmq.io/v1alpha1"] = API_VERSION
     kind: Literal["BrokerUser"] = "BrokerUser"
-    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
     spec: BrokerUserSpec
     status: BrokerUserStatus | None = None
 
