@@ -1,0 +1,147 @@
+"""Transacted sessions on real ``hybridmq local`` processes: a transfer (one message consumed from
+``queue:a``, one produced to ``topic:b`` and one to ``queue:c``, on partitions whose primaries are
+three different MMs) takes effect whole or not at all; a rollback gives the consumed message back
+to other consumers and its sends are never delivered; misuse gets clear errors.
+
+The checks read what plain consumers receive (``Consumer``), not the session's own books."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import pytest
+
+from hybridmq.client import ClientError, Consumer, Producer, Session, TransactionRolledBack
+from hybridmq.local.runner import LocalCluster
+
+
+@pytest.fixture(scope="module")
+def three(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    with LocalCluster(tmp_path_factory.mktemp("tx"), mms=3, replicas=2, fixed=3, on_demand_per_mm=0) as c:
+        c.wait_in_sync()
+        yield c
+
+
+def spread(cluster: LocalCluster) -> tuple[str, str, str]:
+    """Three partitions whose primaries are three different MMs."""
+    by_mm: dict[str, str] = {}
+    for name, a in sorted(cluster.table().items()):
+        by_mm.setdefault(a.primary or "", name)
+    assert len(by_mm) == 3, cluster.table()
+    a, b, c = sorted(by_mm.values())
+    return a, b, c
+
+
+async def drain(consumer: Consumer, quiet_s: float = 1.5) -> list[str]:
+    """Everything ``consumer`` receives until nothing came for ``quiet_s``."""
+    got: list[str] = []
+    while True:
+        try:
+            msg = await consumer.receive(timeout=quiet_s)
+        except TimeoutError:
+            return got
+        got.append(msg.value.decode())
+
+
+async def test_a_transfer_commits_whole_and_a_rollback_gives_back_and_drops(three: LocalCluster) -> None:
+    pa, pb, pc = spread(three)
+    producer = await Producer.connect(three.bootstrap, partition_type="fixed", partition=pa)
+    for i in range(2):
+        await producer.send("queue:a1", f"m{i}".encode())
+    watch_b = await Consumer.connect(three.bootstrap, "topic:b1")
+    session = await Session.connect(three.bootstrap, transacted=True)
+    source = await session.consumer("queue:a1")
+
+    first = await session.receive(source, timeout=10)
+    await session.send("topic:b1", b"b-" + first.value, partition=pb)
+    await session.send("queue:c1", b"c-" + first.value, partition=pc)
+    await session.commit()
+
+    second = await session.receive(source, timeout=10)
+    await session.send("topic:b1", b"b-" + second.value, partition=pb)
+    await session.send("queue:c1", b"c-" + second.value, partition=pc)
+    await session.rollback()  # second goes back; its sends are dropped
+    await source.close()  # another consumer takes it
+
+    other = await Consumer.connect(three.bootstrap, "queue:a1", auto_ack=False)
+    again = await other.receive(timeout=10)
+    assert again.value == second.value and again.redelivered
+    assert again.delivery_count == 2
+    other.ack(again)
+    await other.commit()
+    watch_c = await Consumer.connect(three.bootstrap, "queue:c1")
+    assert await drain(watch_c) == ["c-" + first.value.decode()]
+    assert await drain(watch_b) == ["b-" + first.value.decode()]
+    assert await drain(other) == []  # first was acknowledged by the commit
+    for c in (watch_b, watch_c, other):
+        await c.close()
+    await producer.close()
+    await session.close()
+
+
+async def test_misuse_is_refused_clearly_and_loses_nothing(three: LocalCluster) -> None:
+    pa, _, _ = spread(three)
+    plain = await Session.connect(three.bootstrap)
+    with pytest.raises(ClientError, match=r"commit\(\) on a non-transacted session"):
+        await plain.commit()
+    await plain.send("queue:plain1", b"at once", partition=pa)  # a transaction of one
+    check = await Consumer.connect(three.bootstrap, "queue:plain1")
+    assert await drain(check) == ["at once"]
+    await check.close()
+    await plain.close()
+
+    small = await Session.connect(three.bootstrap, transacted=True, max_records=2)
+    await small.send("queue:lim1", b"1", partition=pa)
+    await small.send("queue:lim1", b"2", partition=pa)
+    with pytest.raises(ClientError, match="at most 2 messages"):
+        await small.send("queue:lim1", b"3", partition=pa)
+    await small.commit()  # what it held is kept
+    check = await Consumer.connect(three.bootstrap, "queue:lim1")
+    assert await drain(check) == ["1", "2"]
+    await check.close()
+
+    # A commit the broker refuses: the session says so until it is rolled back.
+    await small.send("queue:lim1", b"lost", partition="no-such-partition")
+    with pytest.raises(ClientError, match="no partition 'no-such-partition'"):
+        await small.commit()
+    with pytest.raises(ClientError, match=r"the last commit failed .* call rollback\(\)"):
+        await small.send("queue:lim1", b"4", partition=pa)
+    await small.rollback()
+    await small.send("queue:lim1", b"4", partition=pa)
+    await small.commit()
+    check = await Consumer.connect(three.bootstrap, "queue:lim1")
+    assert await drain(check) == ["4"]
+    await check.close()
+    with pytest.raises(ClientError, match="reserved"):
+        await small.send("queue:_x", b"5", partition=pa)
+        await small.commit()
+    await small.close()
+    with pytest.raises(ValueError, match="max_records must be"):
+        await Session.connect(three.bootstrap, transacted=True, max_records=0)
+
+
+async def test_a_commit_that_a_participant_refuses_rolls_back_everywhere(three: LocalCluster) -> None:
+    """One participant refuses the prepare (the consumed message is no longer outstanding): the
+    others, prepared already, roll back; nothing is delivered, the message comes again."""
+    pa, pb, pc = spread(three)
+    producer = await Producer.connect(three.bootstrap, partition_type="fixed", partition=pa)
+    await producer.send("queue:a2", b"only")
+    session = await Session.connect(three.bootstrap, transacted=True)
+    source = await session.consumer("queue:a2")
+    msg = await session.receive(source, timeout=10)
+    await session.send("topic:b2", b"b", partition=pb)
+    await session.send("queue:c2", b"c", partition=pc)
+    source.nack(msg)  # given back behind the session's back: not outstanding any more
+    await asyncio.sleep(0.3)
+    with pytest.raises(TransactionRolledBack):
+        await session.commit()
+    await session.rollback()
+    watch_c = await Consumer.connect(three.bootstrap, "queue:c2")
+    assert await drain(watch_c) == []
+    again = await session.receive(source, timeout=10)
+    assert again.value == b"only" and again.redelivered
+    await session.commit()
+    await watch_c.close()
+    await producer.close()
+    await session.close()
