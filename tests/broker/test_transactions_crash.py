@@ -141,3 +141,62 @@ def spread(cluster: LocalCluster) -> tuple[str, str, str]:
     assert len(by_mm) == 3, cluster.table()
     a, b, c = sorted(by_mm.values())
     return a, b, c
+
+
+@pytest.mark.parametrize(("step", "committed"), [("after-ready", False), ("after-decision", True)])
+async def test_a_dead_cms_transaction_is_resolved_without_its_client(
+    step: str, committed: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The CM and its client are both gone: the restarted CM's resolver rolls the transaction back
+    (no decision yet: its consumed message comes again) or completes it (decided: its records
+    appear, its message is consumed)."""
+    pause_file = tmp_path / "paused"
+    monkeypatch.setenv("HYBRIDMQ_TX_PAUSE", step)
+    monkeypatch.setenv("HYBRIDMQ_TX_PAUSE_FILE", str(pause_file))
+    monkeypatch.setenv("HYBRIDMQ_TX_TIMEOUT_S", "2")
+    with LocalCluster(tmp_path / "c", mms=3, replicas=3, fixed=3, on_demand_per_mm=0) as cluster:
+        cluster.wait_in_sync()
+        pa, pb, pc = spread(cluster)
+        producer = await Producer.connect(cluster.bootstrap, partition_type="fixed", partition=pa)
+        await producer.send("queue:a", b"t0")
+        await producer.close()
+        session = await Session.connect(cluster.bootstrap, transacted=True, reconnect=False)
+        source = await session.consumer("queue:a")
+        msg = await session.receive(source, timeout=10)
+        await session.send("topic:b", b"b-t0", partition=pb)
+        await session.send("queue:c", b"c-t0", partition=pc)
+        commit = asyncio.create_task(session.commit())
+        await until(pause_file.exists, 30, f"the CM to pause {step}")
+        cluster.kill_cm("cm-0", signal.SIGKILL)
+        commit.cancel()  # the client is gone too: nobody asks for the outcome
+        with contextlib.suppress(BaseException):
+            await commit
+        await session.close()
+        monkeypatch.delenv("HYBRIDMQ_TX_PAUSE")
+        cluster.start_cm("cm-0")
+        pause_file.unlink()
+
+        if committed:
+
+            async def transferred() -> bool:
+                b, c = await stored(cluster, pb, "topic:b"), await stored(cluster, pc, "queue:c")
+                assert len(b) <= 1 and len(c) <= 1, (b, c)
+                return b == ["b-t0"] and c == ["c-t0"]
+
+            for _ in range(60):
+                if await transferred():
+                    break
+                await asyncio.sleep(0.5)
+            else:
+                raise AssertionError("the decided transaction was not completed")
+            left = await Consumer.connect(cluster.bootstrap, "queue:a")
+            with pytest.raises(TimeoutError):
+                extra = await left.receive(timeout=3)
+                raise AssertionError(f"{extra.value!r} left in queue:a after its transfer committed")
+        else:
+            left = await Consumer.connect(cluster.bootstrap, "queue:a")
+            again = await left.receive(timeout=30)
+            assert again.value == msg.value and again.redelivered
+            assert await stored(cluster, pb, "topic:b") == []
+            assert await stored(cluster, pc, "queue:c") == []
+        await left.close()
