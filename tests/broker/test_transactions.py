@@ -66,8 +66,8 @@ async def test_a_transfer_commits_whole_and_a_rollback_gives_back_and_drops(thre
 
     other = await Consumer.connect(three.bootstrap, "queue:a1", auto_ack=False)
     again = await other.receive(timeout=10)
-    assert again.value == second.value and again.redelivered
-    assert again.delivery_count == 2
+    # (the rollback's NACK may have handed it to ``source`` again before it closed: 2 or 3)
+    assert again.value == second.value and again.redelivered and again.delivery_count >= 2
     other.ack(again)
     await other.commit()
     watch_c = await Consumer.connect(three.bootstrap, "queue:c1")
@@ -143,5 +143,32 @@ async def test_a_commit_that_a_participant_refuses_rolls_back_everywhere(three: 
     assert again.value == b"only" and again.redelivered
     await session.commit()
     await watch_c.close()
+    await producer.close()
+    await session.close()
+
+
+async def test_one_partition_commits_in_one_phase_with_what_it_consumed(three: LocalCluster) -> None:
+    """Consume and produce on one partition (one-phase): the consumed message is acknowledged
+    with the commit, the produced ones appear once, a rolled back one never."""
+    pa, _, _ = spread(three)
+    producer = await Producer.connect(three.bootstrap, partition_type="fixed", partition=pa)
+    await producer.send("queue:in3", b"job")
+    session = await Session.connect(three.bootstrap, transacted=True)
+    source = await session.consumer("queue:in3")
+    job = await session.receive(source, timeout=10)
+    await session.send("queue:out3", b"dropped", partition=pa)
+    await session.rollback()
+    job = await session.receive(source, timeout=10)
+    assert job.redelivered
+    await session.send("queue:out3", b"done-1", partition=pa)
+    await session.send("queue:out3", b"done-2", partition=pa)
+    await session.commit()
+    await source.close()
+    out = await Consumer.connect(three.bootstrap, "queue:out3")
+    assert await drain(out) == ["done-1", "done-2"]
+    rest = await Consumer.connect(three.bootstrap, "queue:in3")
+    assert await drain(rest) == []
+    for c in (out, rest):
+        await c.close()
     await producer.close()
     await session.close()

@@ -250,6 +250,8 @@ class Session:
         finally:
             self._committing = False
         if committed:
+            for consumer, msg in self._received:
+                consumer.settled(msg)  # acknowledged by the commit
             self._sends, self._received = [], []
             self.committed += 1
             return
