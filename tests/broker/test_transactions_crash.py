@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from failover_workload import until
 
-from hybridmq.client import ClientError, Consumer, Fetcher, Producer, Session
+from hybridmq.client import ClientError, Consumer, Fetcher, Producer, Session, TransactionRolledBack
 from hybridmq.local.runner import LocalCluster
 
 N = 12
@@ -200,3 +200,35 @@ async def test_a_dead_cms_transaction_is_resolved_without_its_client(
             assert await stored(cluster, pb, "topic:b") == []
             assert await stored(cluster, pc, "queue:c") == []
         await left.close()
+
+
+async def test_a_cm_refuses_more_open_transactions_than_its_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With one transaction committing (held at its first step) and a limit of one, another
+    session's commit is refused at once, nothing of it done; it commits once the first is done."""
+    pause_file = tmp_path / "paused"
+    monkeypatch.setenv("HYBRIDMQ_TX_PAUSE", "before-prepare")
+    monkeypatch.setenv("HYBRIDMQ_TX_PAUSE_FILE", str(pause_file))
+    monkeypatch.setenv("HYBRIDMQ_TX_MAX_OPEN", "1")
+    with LocalCluster(tmp_path / "c", mms=3, replicas=2, fixed=3, on_demand_per_mm=0) as cluster:
+        cluster.wait_in_sync()
+        pa, pb, _ = spread(cluster)
+        first = await Session.connect(cluster.bootstrap, transacted=True)
+        await first.send("queue:lim", b"first", partition=pa)
+        await first.send("queue:lim", b"first", partition=pb)
+        held = asyncio.create_task(first.commit())
+        await until(pause_file.exists, 30, "the first commit to pause")
+        second = await Session.connect(cluster.bootstrap, transacted=True)
+        await second.send("queue:lim", b"second", partition=pa)
+        with pytest.raises(TransactionRolledBack, match="too many transactions committing on this CM"):
+            await second.commit()
+        pause_file.unlink()
+        await held
+        await second.rollback()
+        await second.send("queue:lim", b"second", partition=pa)
+        await second.commit()
+        values = sorted((await stored(cluster, pa, "queue:lim")) + (await stored(cluster, pb, "queue:lim")))
+        assert values == ["first", "first", "second"]
+        await first.close()
+        await second.close()

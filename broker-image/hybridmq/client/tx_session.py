@@ -255,11 +255,14 @@ class Session:
             self._sends, self._received = [], []
             self.committed += 1
             return
-        if self.transacted:
-            self._failed = f"transaction {txid} rolled back"
-        else:
+        raise self._rolled_back(f"transaction {txid} was rolled back: nothing of it took effect")
+
+    def _rolled_back(self, why: str) -> ClientError:
+        if not self.transacted:
             self._sends = []
-        raise TransactionRolledBack(f"transaction {txid} was rolled back: nothing of it took effect")
+            return ClientError(ErrorCode.TX_ROLLED_BACK, why)
+        self._failed = why
+        return TransactionRolledBack(why)
 
     async def _outcome(self, txid: str, frame: dict[str, Any], participants: list[str]) -> bool:
         """Commit; after a lost CM (or an outcome not known yet) ask until it is known."""
@@ -268,10 +271,11 @@ class Session:
             return True
         except RemoteError as exc:
             if exc.code == ErrorCode.TX_ROLLED_BACK:
-                return False
-            if exc.code != ErrorCode.TX_IN_DOUBT:
-                self._failed = exc.msg
-                raise ClientError(exc.code, exc.msg) from None
+                raise self._rolled_back(exc.msg) from None
+            if exc.code != ErrorCode.TX_IN_DOUBT:  # refused before anything took effect
+                if not self.transacted:
+                    raise ClientError(exc.code, exc.msg) from None
+                raise self._rolled_back(f"commit refused: {exc}") from None
         except (ConnectionError, ConnectionClosed, TimeoutError):
             pass
         deadline = time.monotonic() + self._conn.options.give_up_after_s

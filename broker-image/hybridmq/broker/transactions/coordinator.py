@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 
 MAX_TX_RECORDS = 10_000  # records produced plus messages consumed by one transaction
 MAX_TX_BATCHES = 1_000
-MAX_OPEN_TX = 1_024  # transactions committing at once on one CM
+MAX_OPEN_TX = int(os.environ.get("HYBRIDMQ_TX_MAX_OPEN", "1024"))  # committing at once on one CM
 MAX_TXID = 64
 TX_TIMEOUT_S = float(os.environ.get("HYBRIDMQ_TX_TIMEOUT_S", "10"))  # prepared, then resolved
 # Worth asking again: the partition moved or its MM is (re)starting.

@@ -138,6 +138,8 @@ class TxParticipant:
                 raise TxRefused(ErrorCode.TX_ROLLED_BACK, f"transaction {txid} was rolled back")
             if txid in self.open:
                 return  # a resend: prepared already
+            if self.decisions.get(txid) is False:  # a late prepare of one a resolver rolled back
+                raise TxRefused(ErrorCode.TX_ROLLED_BACK, f"transaction {txid} was rolled back")
             host = self.host
             batches = [_checked_batch(b) for b in frame.get("b") or ()]
             holds = self._find_holds(frame.get("k") or (), links)
