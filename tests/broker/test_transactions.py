@@ -11,6 +11,7 @@ import asyncio
 from collections.abc import Iterator
 
 import pytest
+from tx_workload import drain, spread
 
 from hybridmq.client import ClientError, Consumer, Producer, Session, TransactionRolledBack
 from hybridmq.local.runner import LocalCluster
@@ -21,27 +22,6 @@ def three(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     with LocalCluster(tmp_path_factory.mktemp("tx"), mms=3, replicas=2, fixed=3, on_demand_per_mm=0) as c:
         c.wait_in_sync()
         yield c
-
-
-def spread(cluster: LocalCluster) -> tuple[str, str, str]:
-    """Three partitions whose primaries are three different MMs."""
-    by_mm: dict[str, str] = {}
-    for name, a in sorted(cluster.table().items()):
-        by_mm.setdefault(a.primary or "", name)
-    assert len(by_mm) == 3, cluster.table()
-    a, b, c = sorted(by_mm.values())
-    return a, b, c
-
-
-async def drain(consumer: Consumer, quiet_s: float = 1.5) -> list[str]:
-    """Everything ``consumer`` receives until nothing came for ``quiet_s``."""
-    got: list[str] = []
-    while True:
-        try:
-            msg = await consumer.receive(timeout=quiet_s)
-        except TimeoutError:
-            return got
-        got.append(msg.value.decode())
 
 
 async def test_a_transfer_commits_whole_and_a_rollback_gives_back_and_drops(three: LocalCluster) -> None:

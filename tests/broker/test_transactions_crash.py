@@ -22,8 +22,9 @@ from pathlib import Path
 
 import pytest
 from failover_workload import until
+from tx_workload import paused_cluster, spread, stored
 
-from hybridmq.client import ClientError, Consumer, Fetcher, Producer, Session, TransactionRolledBack
+from hybridmq.client import ClientError, Consumer, Producer, Session, TransactionRolledBack
 from hybridmq.local.runner import LocalCluster
 
 N = 12
@@ -62,23 +63,6 @@ async def transfer_all(
     await session.close()
 
 
-async def stored(cluster: LocalCluster, partition: str, destination: str) -> list[str]:
-    """The values of ``destination``'s data records in ``partition``'s log."""
-    fetcher = await Fetcher.connect(cluster.bootstrap)
-    values: list[str] = []
-    offset = 0
-    while True:
-        result = await fetcher.fetch(partition, offset)
-        for batch in result.batches:
-            if not batch.control and batch.destination == destination:
-                values.extend(r[0].decode() for r in batch.records)
-        if result.next_offset >= result.end_offset:
-            break
-        offset = result.next_offset
-    await fetcher.close()
-    return values
-
-
 SCENARIOS = [
     ("before-prepare", "cm"),
     ("after-ready", "cm"),
@@ -93,12 +77,7 @@ SCENARIOS = [
 async def test_a_transfer_is_all_or_nothing_under_kill_9(
     step: str, victim: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    pause_file = tmp_path / "paused"
-    monkeypatch.setenv("HYBRIDMQ_TX_PAUSE", step)
-    monkeypatch.setenv("HYBRIDMQ_TX_PAUSE_FILE", str(pause_file))
-    monkeypatch.setenv("HYBRIDMQ_TX_TIMEOUT_S", "2")
-    with LocalCluster(tmp_path / "c", mms=3, replicas=3, fixed=3, on_demand_per_mm=0) as cluster:
-        cluster.wait_in_sync()
+    with paused_cluster(tmp_path, monkeypatch, step) as (cluster, pause_file):
         pa, pb, pc = spread(cluster)
         producer = await Producer.connect(cluster.bootstrap, partition_type="fixed", partition=pa)
         sent = [f"t{i}" for i in range(N)]
@@ -132,17 +111,6 @@ async def test_a_transfer_is_all_or_nothing_under_kill_9(
         await left.close()
 
 
-def spread(cluster: LocalCluster) -> tuple[str, str, str]:
-    """Three partitions whose primaries are three different MMs, lowest name first (the
-    coordinator partition, where the consumed message lives)."""
-    by_mm: dict[str, str] = {}
-    for name, a in sorted(cluster.table().items()):
-        by_mm.setdefault(a.primary or "", name)
-    assert len(by_mm) == 3, cluster.table()
-    a, b, c = sorted(by_mm.values())
-    return a, b, c
-
-
 @pytest.mark.parametrize(("step", "committed"), [("after-ready", False), ("after-decision", True)])
 async def test_a_dead_cms_transaction_is_resolved_without_its_client(
     step: str, committed: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -150,12 +118,7 @@ async def test_a_dead_cms_transaction_is_resolved_without_its_client(
     """The CM and its client are both gone: the restarted CM's resolver rolls the transaction back
     (no decision yet: its consumed message comes again) or completes it (decided: its records
     appear, its message is consumed)."""
-    pause_file = tmp_path / "paused"
-    monkeypatch.setenv("HYBRIDMQ_TX_PAUSE", step)
-    monkeypatch.setenv("HYBRIDMQ_TX_PAUSE_FILE", str(pause_file))
-    monkeypatch.setenv("HYBRIDMQ_TX_TIMEOUT_S", "2")
-    with LocalCluster(tmp_path / "c", mms=3, replicas=3, fixed=3, on_demand_per_mm=0) as cluster:
-        cluster.wait_in_sync()
+    with paused_cluster(tmp_path, monkeypatch, step) as (cluster, pause_file):
         pa, pb, pc = spread(cluster)
         producer = await Producer.connect(cluster.bootstrap, partition_type="fixed", partition=pa)
         await producer.send("queue:a", b"t0")
@@ -207,12 +170,10 @@ async def test_a_cm_refuses_more_open_transactions_than_its_limit(
 ) -> None:
     """With one transaction committing (held at its first step) and a limit of one, another
     session's commit is refused at once, nothing of it done; it commits once the first is done."""
-    pause_file = tmp_path / "paused"
-    monkeypatch.setenv("HYBRIDMQ_TX_PAUSE", "before-prepare")
-    monkeypatch.setenv("HYBRIDMQ_TX_PAUSE_FILE", str(pause_file))
-    monkeypatch.setenv("HYBRIDMQ_TX_MAX_OPEN", "1")
-    with LocalCluster(tmp_path / "c", mms=3, replicas=2, fixed=3, on_demand_per_mm=0) as cluster:
-        cluster.wait_in_sync()
+    with paused_cluster(tmp_path, monkeypatch, "before-prepare", replicas=2, HYBRIDMQ_TX_MAX_OPEN="1") as (
+        cluster,
+        pause_file,
+    ):
         pa, pb, _ = spread(cluster)
         first = await Session.connect(cluster.bootstrap, transacted=True)
         await first.send("queue:lim", b"first", partition=pa)
