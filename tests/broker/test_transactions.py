@@ -152,3 +152,29 @@ async def test_one_partition_commits_in_one_phase_with_what_it_consumed(three: L
         await c.close()
     await producer.close()
     await session.close()
+
+
+async def test_transact_runs_the_work_again_after_a_rollback(three: LocalCluster) -> None:
+    pa, pb, _ = spread(three)
+    producer = await Producer.connect(three.bootstrap, partition_type="fixed", partition=pa)
+    await producer.send("queue:a5", b"job")
+    session = await Session.connect(three.bootstrap, transacted=True)
+    source = await session.consumer("queue:a5")
+    runs: list[int] = []
+
+    async def work(s: Session) -> str:
+        msg = await s.receive(source, timeout=10)
+        runs.append(msg.delivery_count)
+        await s.send("queue:b5", b"done-" + msg.value, partition=pb)
+        if len(runs) == 1:  # the first run loses its message: its commit is rolled back
+            source.nack(msg)
+            await asyncio.sleep(0.3)
+        return msg.value.decode()
+
+    assert await session.transact(work) == "job"
+    assert len(runs) == 2 and runs[1] > runs[0]
+    out = await Consumer.connect(three.bootstrap, "queue:b5")
+    assert await drain(out) == ["done-job"]
+    await out.close()
+    await producer.close()
+    await session.close()
