@@ -83,6 +83,20 @@ FETCH_META         client->CM: c, p? (partition names, default all), pids? (prod
                    the table's epoch, else err)}]}. CM->MM: c, p?, pids? ->
                    OK {r, partitions: {name: {start, hw, end, epoch, inc?, producers?}}}
 PING / PONG        c / r (liveness)
+TX_COMMIT          client->CM: c, x (transaction id, 1..64 chars), b ([[p, d, n, b, f, x], ...]:
+                   record batches to produce), k ([[key, p, o, rd], ...]: consumed queue
+                   messages, one-record deliveries, by the consumer's CM-wide subscription key)
+                   -> OK {r, x, committed: true, incomplete: [partitions still finishing]}, or
+                   ERROR TX_ROLLED_BACK (nothing of it took effect), TX_IN_DOUBT (the outcome is
+                   not known yet: ask again with TX_RESOLVE), INVALID_REQUEST (limits, bad input)
+TX_RESOLVE         client->CM: c, x, ps (participant partitions) -> the outcome of a transaction
+                   whose commit was lost with its CM: OK {r, x, committed} (undecided: rolled back)
+TX_PREPARE         CM->MM: c, x, p, e, co (coordinator partition), ps, b, k, one (one-phase)
+                   -> OK (READY; one-phase: COMPLETE) or ERROR (FAIL: the MM holds nothing)
+TX_DECIDE          CM->MM of the coordinator partition: c, x, p, commit -> OK {r, commit}: the
+                   durable decision (the first one written wins; replicated before the reply)
+TX_END             CM->MM: c, x, p, commit -> OK once the outcome is committed there (COMPLETE)
+TX_INDOUBT         CM->MM: c, age (seconds) -> OK {txs: [{x, p, co}]}: prepared, undecided ones
 =================  ==========================================================================
 
 Batch flags (``f``): ``CHUNK`` marks one chunk of a very large message (``b`` is raw bytes, ``xa``
@@ -133,6 +147,14 @@ class FrameType(IntEnum):
     FETCH = 70
     FETCH_META = 71
     READER_COMMIT = 72  # a named reader's committed offset in one partition
+    # Transacted sessions (broker/transactions/): the client's commit, and the two-phase commit
+    # between the CM (transaction manager) and the MMs of the partitions involved.
+    TX_COMMIT = 80
+    TX_RESOLVE = 81
+    TX_PREPARE = 82
+    TX_DECIDE = 83
+    TX_END = 84
+    TX_INDOUBT = 85
 
 
 class ErrorCode(IntEnum):
@@ -167,6 +189,10 @@ class ErrorCode(IntEnum):
     UNKNOWN_REPLICA = 34  # the fetching replica is not assigned to the partition
     NOT_ENOUGH_REPLICAS_AFTER_APPEND = 35  # stored, not acknowledged (retriable)
     REPLICATION_TIMEOUT = 36  # stored but not replicated in time (resend: idempotent)
+    # Transactions: rolled back (nothing took effect; start again), or the outcome is not known
+    # yet (the decision is durable or will be rolled back: ask with TX_RESOLVE).
+    TX_ROLLED_BACK = 40
+    TX_IN_DOUBT = 41
     INTERNAL = 50
 
 

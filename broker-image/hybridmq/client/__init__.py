@@ -10,13 +10,16 @@ that off).
         async for msg in c:
             print(msg.value)
 
+``Session.connect(..., transacted=True)`` groups sends and receives into transactions
+(``commit()`` / ``rollback()``): ``client/tx_session.py``.
+
 ``Fetcher`` reads partitions by offset (the PySpark data source, the audit): ``client/fetcher.py``.
 
 Destinations are ``topic:<name>`` (the default for a bare name) or ``queue:<name>``.
 """
 
 from hybridmq.client.admin import admin
-from hybridmq.client.blocking import BlockingConsumer, BlockingProducer
+from hybridmq.client.blocking import BlockingConsumer, BlockingProducer, BlockingSession
 from hybridmq.client.connection import ClientError, connect
 from hybridmq.client.consumer import Consumer
 from hybridmq.client.fetcher import (
@@ -28,11 +31,13 @@ from hybridmq.client.fetcher import (
 )
 from hybridmq.client.message import Ack, Message
 from hybridmq.client.producer import Producer
+from hybridmq.client.tx_session import Session, TransactionRolledBack
 
 __all__ = [
     "Ack",
     "BlockingConsumer",
     "BlockingProducer",
+    "BlockingSession",
     "ClientError",
     "Consumer",
     "FetchResult",
@@ -42,6 +47,8 @@ __all__ = [
     "OffsetOutOfRangeError",
     "PartitionMeta",
     "Producer",
+    "Session",
+    "TransactionRolledBack",
     "admin",
     "connect",
 ]

@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 from hybridmq.client.consumer import Consumer, StreamMessage
 from hybridmq.client.message import Ack, Message
 from hybridmq.client.producer import Producer
+from hybridmq.client.tx_session import Session
 
 T = TypeVar("T")
 
@@ -92,6 +93,46 @@ class BlockingConsumer:
             self._lt.stop()
 
     def __enter__(self) -> BlockingConsumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class BlockingSession:
+    """``Session`` for synchronous code: ``consumer``, ``receive``, ``send``, ``commit``,
+    ``rollback`` with the same semantics."""
+
+    def __init__(self, bootstrap: str | list[str] | None = None, **kwargs: Any) -> None:
+        self._lt = _LoopThread()
+        self._s: Session = self._lt.run(Session.connect(bootstrap, **kwargs))
+
+    @property
+    def transacted(self) -> bool:
+        return self._s.transacted
+
+    def consumer(self, destination: str) -> Consumer:
+        return self._lt.run(self._s.consumer(destination))
+
+    def receive(self, consumer: Consumer, timeout: float | None = None) -> Message:
+        return self._lt.run(self._s.receive(consumer, timeout))
+
+    def send(self, destination: str, value: bytes, **kwargs: Any) -> None:
+        self._lt.run(self._s.send(destination, value, **kwargs))
+
+    def commit(self) -> None:
+        self._lt.run(self._s.commit())
+
+    def rollback(self) -> None:
+        self._lt.run(self._s.rollback())
+
+    def close(self) -> None:
+        try:
+            self._lt.run(self._s.close(), 30)
+        finally:
+            self._lt.stop()
+
+    def __enter__(self) -> BlockingSession:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -350,6 +350,11 @@ class Consumer(SessionClient):
             {"p": k[0], "o": start, "rd": k[2]}, nack=True, records=(k[1], k[1]), requeue=requeue
         )
 
+    def settled(self, message: Message) -> None:
+        """``message`` was acknowledged or given back by other means (a transaction's commit or
+        rollback, ``client/tx_session.py``): nothing to send for it here."""
+        self._unacked.pop((message.partition, message.offset, message.delivery_count - 1), None)
+
     async def commit(self) -> None:
         """Wait until every acknowledgement sent so far is confirmed (auto_ack: the delivery whose
         messages were all received is acknowledged first). Raises ``ClientError`` when some were

@@ -87,6 +87,7 @@ class Session:
         self.options = options
         self.conn = conn
         self.node = str(hello.get("node", ""))
+        self.id = str(hello.get("session", ""))  # the CM's session id (subscription keys start with it)
         self.reconnects = 0
         self.error: BaseException | None = None
         self.closing = False
@@ -215,6 +216,7 @@ class Session:
         conn.on_close.append(lambda: self._lost(conn))
         self.reconnects += 1
         self.node = str(hello.get("node", ""))
+        self.id = str(hello.get("session", ""))
         self._reconnect_task = None
         self._owner.restored()
         if conn.closed:  # lost again while restoring

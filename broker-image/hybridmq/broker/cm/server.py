@@ -81,6 +81,8 @@ from hybridmq.broker.cm.mm_links import MMLink
 from hybridmq.broker.destinations.matching import MATCH_KINDS, make_matcher
 from hybridmq.broker.ids import IdGenerator
 from hybridmq.broker.log_events import LogEventBuffer, log_partition, log_partition_owner
+from hybridmq.broker.transactions.coordinator import TxManager
+from hybridmq.broker.transactions.resolver import resolve_forever
 from hybridmq.protocol import Connection, ProtocolError, RemoteError, read_frame
 from hybridmq.protocol.connection import HIGH_WATER, ConnectionClosed
 from hybridmq.protocol.tls import BrokerTls
@@ -161,6 +163,8 @@ class ConnectionManager:
         self.ready = False
         self.produced_batches = 0
         self.delivered_batches = 0
+        self.tx = TxManager(self)  # transacted sessions: this CM is their transaction manager
+        self._tx_task: asyncio.Task[None] | None = None
         self.directory_service = Directory(
             config.name,
             source.brokers,
@@ -198,6 +202,7 @@ class ConnectionManager:
         elif self.config.credentials_path or self.config.acl_path:
             files = AuthFiles(self.config.credentials_path, self.config.acl_path)
             self._auth_task = asyncio.create_task(self._follow_auth(files))
+        self._tx_task = asyncio.create_task(resolve_forever(self, self.tx))
         self.ready = True
         log.info("cm %s listening on %s:%d", self.config.name, self.config.host, self.config.port)
 
@@ -212,8 +217,9 @@ class ConnectionManager:
         await self.source.stop()
         if self._log_task is not None:
             self._log_task.cancel()
-        if self._auth_task is not None:
-            self._auth_task.cancel()
+        for task in (self._auth_task, self._tx_task):
+            if task is not None:
+                task.cancel()
         if self._log_events is not None:
             self._log_events.remove()
 
@@ -451,6 +457,10 @@ class ConnectionManager:
                 return fetch_route.reader_commit(self, session, frame)
             elif t == FrameType.PING:
                 session.conn.reply(frame, {"t": FrameType.PONG})
+            elif t == FrameType.TX_COMMIT:
+                self.tx.spawn(self.tx.commit(session, frame))
+            elif t == FrameType.TX_RESOLVE:
+                self.tx.spawn(self.tx.resolve(session, frame))
             else:
                 session.conn.reply_error(frame, ErrorCode.INVALID_REQUEST, f"unexpected frame type {t}")
         except (KeyError, ValueError, TypeError) as exc:

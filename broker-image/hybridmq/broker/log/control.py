@@ -136,6 +136,40 @@ class ReaderCursor(ControlRecord):
 
 
 @dataclass(frozen=True, slots=True)
+class TxPrepare(ControlRecord):
+    """A transaction is prepared here: the batches it produces (``[dest, count, blob, flags,
+    expiry]``, appended as data only when it commits: read-committed) and the consumed records
+    it holds (``[state key, delivery start, first, last]``, acknowledged when it commits, given
+    back when it rolls back). ``coordinator`` holds the decision of ``participants``."""
+
+    TYPE: ClassVar[int] = 9
+    txid: str
+    coordinator: str
+    participants: tuple[str, ...]
+    batches: tuple[Any, ...]
+    holds: tuple[Any, ...]
+    prepared_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TxDecision(ControlRecord):
+    """The coordinator record: the transaction's outcome, written once (the first one wins)."""
+
+    TYPE: ClassVar[int] = 10
+    txid: str
+    commit: bool
+
+
+@dataclass(frozen=True, slots=True)
+class TxEnd(ControlRecord):
+    """The transaction's outcome took effect in this partition (after its data, when committed)."""
+
+    TYPE: ClassVar[int] = 11
+    txid: str
+    commit: bool
+
+
+@dataclass(frozen=True, slots=True)
 class UnknownControl(ControlRecord):
     """A record of a type this version does not know; kept so it can be skipped or forwarded."""
 
@@ -157,6 +191,9 @@ CONTROL_TYPES: dict[int, type[ControlRecord]] = {
         SubscriptionState,
         DeliveredThrough,
         ReaderCursor,
+        TxPrepare,
+        TxDecision,
+        TxEnd,
     )
 }
 

@@ -67,6 +67,9 @@ from hybridmq.broker.log.control import (
     DeliveredThrough,
     ReaderCursor,
     Redelivery,
+    TxDecision,
+    TxEnd,
+    TxPrepare,
     decode_control,
 )
 from hybridmq.broker.log.errors import (
@@ -165,6 +168,9 @@ class PartitionHost:
         # Where the records of recently split batches start (base -> ``record_spans``): a queue's
         # batch is handed out in window-sized runs, found once.
         self._spans: dict[int, list[int]] = {}
+        from hybridmq.broker.transactions.participant import TxParticipant  # (it imports this module)
+
+        self.tx = TxParticipant(self)
 
     @property
     def epoch(self) -> int:
@@ -191,7 +197,10 @@ class PartitionHost:
                             counts[offset] = max(counts.get(offset, 0), rec.attempt)
                     elif isinstance(rec, ReaderCursor):
                         self.readers[rec.reader] = rec.offset
+                    elif isinstance(rec, TxPrepare | TxDecision | TxEnd):
+                        self.tx.observe(rec, batch.base)
                 continue
+            self.tx.observe_data(batch.extra)
             if not is_reserved(batch.dest):
                 self.data_end = batch.next_offset
             if batch.dest.startswith("queue:") and ("q:" + batch.dest) not in self.states:
@@ -209,6 +218,7 @@ class PartitionHost:
                 else:
                     continue
             state.restore(lw, ranges, through, counts.items())
+        self.tx.recovered()
         self.storage.visible_end = self.storage.end_offset
         log.info(
             "partition %s recovered: end=%d states=%d", self.name, self.storage.end_offset, len(self.states)
@@ -259,14 +269,27 @@ class PartitionHost:
         self._produce_ready.set()
 
     def append_internal(
-        self, dest: str, count: int, blob: bytes, flags: int = 0, extra: dict[str, Any] | None = None
+        self,
+        dest: str,
+        count: int,
+        blob: bytes,
+        flags: int = 0,
+        extra: dict[str, Any] | None = None,
+        expiry: int = 0,
     ) -> None:
-        """Append a batch the broker itself produces (_DMQ moves, _LOG events); the produce worker
-        flushes it (and lets replication commit it) before consumers can see it."""
-        self.storage.append(dest, count, blob, self.epoch, flags, 0, extra)
+        """Append a batch the broker itself produces (_DMQ moves, _LOG events, committed
+        transactions); the produce worker flushes it (and lets replication commit it) before
+        consumers can see it."""
+        self.storage.append(dest, count, blob, self.epoch, flags, expiry, extra)
+        if not is_reserved(dest):
+            self.data_end = self.storage.end_offset
         if dest.startswith("queue:") and ("q:" + dest) not in self.states:
             self._queue_state(dest, self.storage.end_offset - count)
         self._produce_ready.set()
+
+    def wake_consumers(self) -> None:
+        """Records became visible or were given back: let the dispatcher hand them out."""
+        self._wake()
 
     def reader_lag(self) -> int:
         """Data records the furthest-behind named reader has not committed (0 without readers)."""
@@ -348,7 +371,7 @@ class PartitionHost:
                 raise ValueError("bad count or blob")
             flags = int(frame.get("f", 0))
             if dest.startswith("queue:") and not flags & BatchFlag.CHUNK:
-                _check_records(blob, count)  # a queue hands its records out one by one
+                check_records(blob, count)  # a queue hands its records out one by one
             pid = frame.get("pid")
             producer_id = int(pid) if pid is not None else -1
             base_sequence = int(frame.get("seq", -1))
@@ -715,7 +738,7 @@ class PartitionHost:
             if self.retain_bytes is not None:
                 self._trim_quietly()
                 continue
-            held = [s.lw() for s in self.states.values()] + list(self.readers.values())
+            held = [s.lw() for s in self.states.values()] + list(self.readers.values()) + self.tx.retained()
             safe = min([*held, self.storage.visible_end])
             if safe <= self.storage.start_offset:
                 continue
@@ -815,7 +838,7 @@ def _outstanding(state: DeliveryState, link: ConsumerLink, frame: dict[str, Any]
     return p is not None and p.link is link and p.attempt == int(frame.get("rd", 0)) + 1
 
 
-def _check_records(blob: bytes, count: int) -> None:
+def check_records(blob: bytes, count: int) -> None:
     """The records blob is an array of ``count`` records (ValueError, a clear INVALID_REQUEST, if
     not). Only its header is read: a blob whose records cannot be located later is handed out
     whole (``split_spans``)."""

@@ -32,6 +32,8 @@ from hybridmq.broker.mm.liveness import Liveness, NoLease
 from hybridmq.broker.mm.partition import PartitionHost
 from hybridmq.broker.mm.replica_manager import ReplicaManager
 from hybridmq.broker.mm.replica_transport import REPLICA_FRAMES
+from hybridmq.broker.transactions import mm_handler as tx_handler
+from hybridmq.broker.transactions.mm_handler import TX_FRAMES
 from hybridmq.protocol import Connection, ProtocolError, read_frame
 from hybridmq.protocol.tls import BrokerTls
 
@@ -287,6 +289,10 @@ class MessageManager:
             elif t == FrameType.READER_COMMIT:
                 # Waits for replication: answered from a task so the link keeps reading produces.
                 task = asyncio.create_task(reader_commit.handle(self, conn, frame))
+                self._requests.add(task)
+                task.add_done_callback(self._requests.discard)
+            elif t in TX_FRAMES:  # transactions wait for replication too
+                task = asyncio.create_task(tx_handler.handle(self, conn, frame))
                 self._requests.add(task)
                 task.add_done_callback(self._requests.discard)
             elif t == FrameType.ADMIN:
