@@ -10,9 +10,14 @@ Generates (untimed) the same exported log as ``bench/audit.py``, then times, alt
   (the JVM source: columnar, reads only the columns a query uses)
 * ``pyarrow_s``: pyarrow reading every segment file whole and decoding its dictionary columns
 * ``spark_selective_s``: a selective query, ``load().where("sequence < 1000").select("producer_id",
-  "sequence").count()`` through ``hybridmq-export``, against ``pyarrow_selective_s``: pyarrow reading
-  those two columns of every record batch and filtering (it does not use the batches' min/max
-  statistics, with which the scan skips the batches no row of which can match)
+  "sequence").count()`` through ``hybridmq-export``, against ``pyarrow_selective_s``: pyarrow doing
+  the same work for the same answer, reading the ``sequence`` column of every record batch (memory
+  mapped), filtering and counting (it does not use the batches' min/max statistics, with which the
+  scan skips the batches no row of which can match; the count is answered on the driver, no job)
+* ``spark_rows_s``: the same selective query returning its rows, ``….select("producer_id",
+  "sequence").toArrow()`` (a Spark job: tasks scan, the driver collects Arrow batches), against
+  ``pyarrow_rows_s``: pyarrow reading those two columns of every record batch, filtering, decoding
+  ``producer_id`` to strings; both answers are compared (rows and the sum of ``sequence``)
 * ``spark_floor_s``: ``spark.range(0, 2, 1, 2).count()``, what any Spark query costs on the machine
   at that moment (planning and scheduling a job), the part of the ratios no source can remove
 * with ``--python-source``, the Python source ``format("hybridmq")`` too: ``python_count_s``,
@@ -20,8 +25,9 @@ Generates (untimed) the same exported log as ``bench/audit.py``, then times, alt
 
 Appends a JSON line to ``bench/results/read.jsonl``; the output ends with ``records=…
 spark_count_s=… pyarrow_s=… ratio=… spark_selective_s=… pyarrow_selective_s=… selective_ratio=…
-spark_floor_s=…`` (ratio = spark_count_s / pyarrow_s, selective_ratio = spark_selective_s /
-pyarrow_selective_s).
+spark_rows_s=… pyarrow_rows_s=… rows_ratio=… spark_floor_s=…`` (ratio = spark_count_s / pyarrow_s,
+selective_ratio = spark_selective_s / pyarrow_selective_s, rows_ratio = spark_rows_s /
+pyarrow_rows_s).
 """
 
 import argparse
@@ -30,6 +36,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -56,18 +63,36 @@ def pyarrow_count(root: Path) -> int:
 
 
 def pyarrow_selective(root: Path) -> int:
+    """The selective count: the ``sequence`` column of every batch, filtered, counted."""
     rows = 0
+    for path in segment_files(root):
+        with pa.memory_map(str(path), "r") as source:
+            reader = pa.ipc.open_file(source)
+            for i in range(reader.num_record_batches):
+                sequence = reader.get_batch(i).column("sequence")
+                rows += pc.sum(pc.less(sequence, 1000)).as_py() or 0
+    return rows
+
+
+def pyarrow_rows(root: Path) -> pa.Table:
+    """The selective query's rows: both columns of every batch, filtered, ``producer_id`` decoded."""
+    tables = []
     for path in segment_files(root):
         with pa.memory_map(str(path), "r") as source:
             reader = pa.ipc.open_file(source)
             batches = [reader.get_batch(i).select(list(SELECT)) for i in range(reader.num_record_batches)]
         table = pa.Table.from_batches(batches)
         table = table.filter(pc.less(table.column("sequence"), 1000))
-        rows += table.set_column(0, "producer_id", table.column(0).cast(pa.string())).num_rows
-    return rows
+        tables.append(table.set_column(0, "producer_id", table.column(0).cast(pa.string())))
+    return pa.concat_tables(tables)
 
 
-def timed(fn: Callable[[], int]) -> tuple[float, int]:
+def answer(table: pa.Table) -> tuple[int, int]:
+    """What both sides' rows must agree on: how many, and the sum of their sequences."""
+    return table.num_rows, pc.sum(table.column("sequence")).as_py() or 0
+
+
+def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
     began = time.perf_counter()
     result = fn()
     return time.perf_counter() - began, result
@@ -99,17 +124,22 @@ def main() -> int:
     def count(fmt: str) -> int:
         return spark.read.format(fmt).option("path", str(root)).load().count()
 
-    def selective(fmt: str, columns_option: bool = False) -> int:
+    def selected(fmt: str, columns_option: bool = False) -> Any:
         reader = spark.read.format(fmt).option("path", str(root))
         if columns_option:
             reader = reader.option("columns", ",".join(SELECT))
-        return reader.load().where("sequence < 1000").select(*SELECT).count()
+        return reader.load().where("sequence < 1000").select(*SELECT)
 
-    timings: dict[str, Callable[[], int]] = {
+    def selective(fmt: str, columns_option: bool = False) -> int:
+        return int(selected(fmt, columns_option).count())
+
+    timings: dict[str, Callable[[], Any]] = {
         "spark_count": lambda: count("hybridmq-export"),
         "pyarrow": lambda: pyarrow_count(root),
         "spark_selective": lambda: selective("hybridmq-export"),
         "pyarrow_selective": lambda: pyarrow_selective(root),
+        "spark_rows": lambda: answer(selected("hybridmq-export").toArrow()),
+        "pyarrow_rows": lambda: answer(pyarrow_rows(root)),
         # What any Spark query costs here (planning, scheduling a job of one task per core): the floor
         "spark_floor": lambda: spark.range(0, 2, 1, 2).count(),
     }
@@ -120,6 +150,7 @@ def main() -> int:
     runs: dict[str, list[float]] = {k: [] for k in timings}
     try:
         selective("hybridmq-export")  # warm the JVM's code before timing
+        selected("hybridmq-export").toArrow()
         if args.python_source:
             selective("hybridmq", columns_option=True)  # start the Python workers before timing
         for i in range(args.repeat):
@@ -129,8 +160,14 @@ def main() -> int:
                 runs[name].append(seconds)
             print(f"run {i}: " + " ".join(f"{k}={v[-1]:.2f}s" for k, v in runs.items()), counts, flush=True)
             totals = {counts[k] for k in counts if k.endswith("count") or k == "pyarrow"}
-            selected = {counts[k] for k in counts if k.endswith(("selective", "columns"))}
-            if len(totals) != 1 or len(selected) != 1:
+            matched = {counts[k] for k in counts if k.endswith(("selective", "columns"))}
+            answers = {counts["spark_rows"], counts["pyarrow_rows"]}
+            if (
+                len(totals) != 1
+                or len(matched) != 1
+                or len(answers) != 1
+                or counts["pyarrow_rows"][0] not in matched
+            ):
                 print(f"MISMATCH: {counts}", file=sys.stderr)
                 return 1
     finally:
@@ -138,6 +175,7 @@ def main() -> int:
     med = {k: statistics.median(v) for k, v in runs.items()}
     ratio = med["spark_count"] / med["pyarrow"]
     selective_ratio = med["spark_selective"] / med["pyarrow_selective"]
+    rows_ratio = med["spark_rows"] / med["pyarrow_rows"]
     line = {
         "source": "hybridmq-export",
         "records": counts["pyarrow"],
@@ -145,6 +183,7 @@ def main() -> int:
         **{f"{k}_runs": [round(x, 3) for x in v] for k, v in runs.items()},
         "ratio": round(ratio, 2),
         "selective_ratio": round(selective_ratio, 2),
+        "rows_ratio": round(rows_ratio, 2),
     }
     if args.python_source:
         line["python_ratio"] = round(med["python_count"] / med["pyarrow"], 2)
@@ -163,6 +202,9 @@ def main() -> int:
         "spark_selective_s": f"{med['spark_selective']:.2f}",
         "pyarrow_selective_s": f"{med['pyarrow_selective']:.2f}",
         "selective_ratio": f"{selective_ratio:.2f}",
+        "spark_rows_s": f"{med['spark_rows']:.2f}",
+        "pyarrow_rows_s": f"{med['pyarrow_rows']:.2f}",
+        "rows_ratio": f"{rows_ratio:.2f}",
         "spark_floor_s": f"{med['spark_floor']:.2f}",
     }
     finish("read", line, summary, args, load_before)

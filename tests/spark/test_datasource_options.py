@@ -209,6 +209,43 @@ def test_streaming_start_refuses_unknown_partitions(spark: SparkSession, tmp_pat
         query.awaitTermination(120)
 
 
+@pytest.mark.parametrize(
+    "starting, ending, error",
+    [
+        (
+            '{"fixed-0": 20}',
+            '{"fixed-0": 10}',
+            r"starts partition fixed-0 at 20, after where option endingOffsets",
+        ),
+        (
+            "latest",
+            "earliest",
+            r"starts partition \S+ at \d+, after where option endingOffsets ends it \(0\)",
+        ),
+    ],
+)
+def test_streaming_start_after_the_end_is_refused(
+    spark: SparkSession, tmp_path: Path, starting: str, ending: str, error: str
+) -> None:
+    log = tmp_path / "log"
+    clean_log(log)
+    read: list[int] = []
+    query = (
+        spark.readStream.format("hybridmq")
+        .option("path", str(log))
+        .option("startingOffsets", starting)
+        .option("endingOffsets", ending)
+        .load()
+        .writeStream.foreachBatch(lambda df, i: read.append(df.count()))
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    with pytest.raises(StreamingQueryException, match=error):
+        query.awaitTermination(120)
+    assert sum(read) == 0
+
+
 def test_min_offsets_per_trigger_waits_for_data_or_the_delay(tmp_path: Path) -> None:
     writer = clean_log(tmp_path)  # 95 offsets
     options = {"path": str(tmp_path), "minOffsetsPerTrigger": "100", "maxOffsetsPerTrigger": "500"}

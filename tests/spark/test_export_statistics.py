@@ -1,6 +1,8 @@
 """``hybridmq-export`` skips the record batches whose min/max statistics rule out every row of a
 filter on ``offset`` or ``sequence``, without changing a query's result."""
 
+import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -81,7 +83,18 @@ def test_batches_ruled_out_by_their_statistics_are_skipped(spark: SparkSession, 
     assert scan_metrics(df)[1] == {"batchesRead": 6, "batchesSkippedByStatistics": 0}
 
 
-def test_counts_are_answered_by_the_scan_in_one_stage(spark: SparkSession, tmp_path: Path) -> None:
+def jobs_run_by(spark: SparkSession, action: Callable[[], Any]) -> tuple[Any, int]:
+    """``action()``'s result and how many Spark jobs it ran (the status tracker's job group)."""
+    group = f"probe-{uuid.uuid4().hex}"
+    spark.sparkContext.setJobGroup(group, "how many jobs a query runs")
+    try:
+        result = action()
+    finally:
+        spark.sparkContext._jsc.clearJobGroup()
+    return result, len(spark.sparkContext.statusTracker().getJobIdsForGroup(group))
+
+
+def test_counts_the_statistics_answer_run_no_spark_job(spark: SparkSession, tmp_path: Path) -> None:
     writer = ExportWriter(tmp_path)
     n = 2 * BATCH + 10
     sequences = [None if i % 13 == 0 else i for i in range(n)]
@@ -94,7 +107,7 @@ def test_counts_are_answered_by_the_scan_in_one_stage(spark: SparkSession, tmp_p
     rows += [("od-1", o, s, p) for o, (s, p) in enumerate(zip(sequences[:100], producers[:100], strict=True))]
     df = spark.read.format("hybridmq-export").option("path", str(tmp_path)).load()
     cases = {
-        # where: (which stored (partition, offset, sequence, producer) match, counted by the scan)
+        # where: (which stored (partition, offset, sequence, producer) match, counted while planned)
         "true": (lambda r: True, True),
         "sequence < 700": (lambda r: r[2] is not None and r[2] < 700, True),
         "partition = 'fixed-0' and offset >= 65530 and sequence <= 65550": (
@@ -114,14 +127,21 @@ def test_counts_are_answered_by_the_scan_in_one_stage(spark: SparkSession, tmp_p
     for where, (keep, pushed) in cases.items():
         query = df.where(where)
         plan = query.groupBy().count()._jdf.queryExecution().executedPlan().toString()
-        assert ("PushedAggregation: [COUNT(*)]" in plan) == pushed, (where, plan)
-        assert ("Exchange" not in plan) == pushed, (where, plan)
-        assert query.count() == sum(1 for r in rows if keep(r)), where
+        assert ("BatchScan" not in plan) == pushed, (where, plan)
+        counted, jobs = jobs_run_by(spark, query.count)
+        assert counted == sum(1 for r in rows if keep(r)), where
+        assert (jobs == 0) == pushed, (where, jobs)
     below = sum(1 for r in rows if r[2] is not None and r[2] < 700)
     assert df.where("sequence < 700").selectExpr("count(*) as a", "count(*) as b").collect() == [
         (below, below)
     ]
-    # An exported log without any segment still counts 0 (the scan's one task answers).
+    # An exported log without any segment still counts 0, and so does a filter no segment passes.
     empty = tmp_path / "empty"
     ExportWriter(empty)
-    assert spark.read.format("hybridmq-export").option("path", str(empty)).load().count() == 0
+    assert jobs_run_by(
+        spark, spark.read.format("hybridmq-export").option("path", str(empty)).load().count
+    ) == (
+        0,
+        0,
+    )
+    assert jobs_run_by(spark, df.where("partition = 'nope'").count) == (0, 0)

@@ -104,6 +104,16 @@ def ending_offsets(opts: ReaderOptions, infos: list[PartitionInfo]) -> OffsetMap
     return resolve(opts.ending, infos, LATEST)
 
 
+def check_order(starting: OffsetMap, ending: OffsetMap, infos: list[PartitionInfo]) -> None:
+    """A start after the end (``latest`` .. ``earliest`` included) is refused, as Kafka's source does."""
+    for p in infos:
+        if starting[p.name] > ending[p.name]:
+            raise ValueError(
+                f"option startingOffsets starts partition {p.name} at {starting[p.name]}, after where"
+                f" option endingOffsets ends it ({ending[p.name]})"
+            )
+
+
 class HybridMQBatchReader(DataSourceReader):
     def __init__(self, opts: ReaderOptions) -> None:
         self.opts = opts
@@ -121,12 +131,7 @@ class HybridMQBatchReader(DataSourceReader):
         starting = starting_offsets(self.opts, infos)
         ending = ending_offsets(self.opts, infos)
         check_within("endingOffsets", ending, infos)
-        for p in infos:
-            if starting[p.name] > ending[p.name]:
-                raise ValueError(
-                    f"option startingOffsets starts partition {p.name} at {starting[p.name]}, after where"
-                    f" option endingOffsets ends it ({ending[p.name]})"
-                )
+        check_order(starting, ending, infos)
         spans = [(p.name, p.type, starting[p.name], ending[p.name]) for p in infos]
         return list(plan_ranges(spans, self.opts.offsets_per_split))
 
@@ -176,6 +181,8 @@ class HybridMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def initialOffset(self) -> dict:
         infos = self._refresh()
         starting = starting_offsets(self.opts, infos)
+        if self.opts.ending != LATEST:  # a stream waits for records up to endingOffsets, never past it
+            check_order(starting, ending_offsets(self.opts, infos), infos)
         caps = self._caps(infos)
         return encode(
             {

@@ -11,6 +11,7 @@ from hybridmq.spark.datasource import HybridMQDataSource
 from hybridmq.spark.jar import JarBuildError, ensure_jar
 
 log = logging.getLogger("hybridmq.spark")
+EXTENSIONS = "io.hybridmq.spark.ExportExtensions"
 
 
 def build_session(
@@ -38,6 +39,9 @@ def build_session(
     try:
         jars = [settings.get("spark.jars", ""), str(ensure_jar())]
         settings["spark.jars"] = ",".join(j for j in jars if j)
+        # Counts the export's statistics answer are planned as their one row: no Spark job runs.
+        extensions = [settings.get("spark.sql.extensions", ""), EXTENSIONS]
+        settings["spark.sql.extensions"] = ",".join(e for e in extensions if e)
     except JarBuildError as err:
         log.warning("format('hybridmq-export') is unavailable: %s", err)
     for key, value in settings.items():

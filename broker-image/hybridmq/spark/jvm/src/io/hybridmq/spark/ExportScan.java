@@ -18,13 +18,18 @@ final class ExportScan implements Scan, Batch {
   private final ExportOptions options;
   private final StructType schema;
   private final RowFilter filter;
-  private final boolean countOnly; // schema: COUNT(*) columns, answered by one task (CountReader)
 
-  ExportScan(ExportOptions options, StructType schema, RowFilter filter, boolean countOnly) {
+  ExportScan(ExportOptions options, StructType schema, RowFilter filter) {
     this.options = options;
     this.schema = schema;
     this.filter = filter;
-    this.countOnly = countOnly;
+  }
+
+  /** The segments whose partition and offsets (from their names) may hold rows passing {@code filter}. */
+  static List<Segment> matchingSegments(ExportOptions options, RowFilter filter) throws IOException {
+    return ExportLayout.open(options.path).segments().stream()
+        .filter(s -> filter.mayMatch(s.partition, s.partitionType, s.base, s.end))
+        .collect(Collectors.toList());
   }
 
   @Override
@@ -35,8 +40,7 @@ final class ExportScan implements Scan, Batch {
   @Override
   public String description() {
     return ExportSource.NAME + " " + options.path + " " + schema.simpleString()
-        + " PushedFilters: " + java.util.Arrays.toString(filter.used)
-        + (countOnly ? " PushedAggregation: [COUNT(*)]" : "");
+        + " PushedFilters: " + java.util.Arrays.toString(filter.used);
   }
 
   @Override
@@ -52,12 +56,7 @@ final class ExportScan implements Scan, Batch {
   @Override
   public InputPartition[] planInputPartitions() {
     try {
-      List<Segment> segments = ExportLayout.open(options.path).segments().stream()
-          .filter(s -> filter.mayMatch(s.partition, s.partitionType, s.base, s.end))
-          .collect(Collectors.toList());
-      if (countOnly) { // exactly one task, which returns the one row of counts
-        return new InputPartition[] {new SegmentGroup(segments)};
-      }
+      List<Segment> segments = matchingSegments(options, filter);
       int cores = SparkSession.active().sparkContext().defaultParallelism();
       return SegmentGroup.pack(segments, cores).toArray(new InputPartition[0]);
     } catch (IOException e) {
@@ -67,6 +66,6 @@ final class ExportScan implements Scan, Batch {
 
   @Override
   public PartitionReaderFactory createReaderFactory() {
-    return new SegmentReaderFactory(schema, filter, countOnly);
+    return new SegmentReaderFactory(schema, filter);
   }
 }

@@ -15,8 +15,8 @@ import org.apache.spark.sql.types.StructType;
  * Keeps only the columns the query uses (the others are never read from the segment files) and the
  * simple filters the scan can check itself (see RowFilter); Spark applies again only those the scan
  * does not check exactly. A {@code COUNT(*)} with no grouping, over filters the scan checks exactly
- * and cheaply, is answered by the scan itself in one task (see CountReader): the query then runs
- * one Spark stage instead of two (partial counts, an exchange, their sum).
+ * and cheaply, is answered on the driver (see CountScan): no task reads the segments, and no
+ * exchange sums partial counts.
  */
 final class ExportScanBuilder
     implements SupportsPushDownRequiredColumns, SupportsPushDownFilters, SupportsPushDownAggregates {
@@ -73,12 +73,12 @@ final class ExportScanBuilder
   @Override
   public Scan build() {
     if (counts == 0) {
-      return new ExportScan(options, required, filter, false);
+      return new ExportScan(options, required, filter);
     }
     StructType schema = new StructType();
     for (int i = 0; i < counts; i++) {
       schema = schema.add("count" + i, DataTypes.LongType, false);
     }
-    return new ExportScan(options, schema, filter, true);
+    return new CountScan(options, schema, filter);
   }
 }

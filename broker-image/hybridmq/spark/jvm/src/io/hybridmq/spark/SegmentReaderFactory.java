@@ -11,12 +11,10 @@ final class SegmentReaderFactory implements PartitionReaderFactory {
   private static final long serialVersionUID = 1L;
   private final StructType schema;
   private final RowFilter filter;
-  private final boolean countOnly;
 
-  SegmentReaderFactory(StructType schema, RowFilter filter, boolean countOnly) {
+  SegmentReaderFactory(StructType schema, RowFilter filter) {
     this.schema = schema;
     this.filter = filter;
-    this.countOnly = countOnly;
   }
 
   @Override
@@ -31,9 +29,6 @@ final class SegmentReaderFactory implements PartitionReaderFactory {
 
   @Override
   public PartitionReader<ColumnarBatch> createColumnarReader(InputPartition partition) {
-    if (countOnly) {
-      return new CountReader((SegmentGroup) partition, filter, schema.size());
-    }
     return new GroupReader((SegmentGroup) partition, schema, filter);
   }
 }
