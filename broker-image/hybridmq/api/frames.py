@@ -30,7 +30,9 @@ HELLO_OK           server->client: r?, v, session, node, max_frame
 ERROR              either: r (when answering a request), code, msg, fatal (bool)
 OK                 reply: r, plus request-specific fields
 OPEN_PRODUCER      client->CM: c, ptype ("fixed"|"on-demand"), key?, partition?
-                   -> OK {r, partition, producer_id (str), pid (int, idempotence id)}
+                   -> OK {r, partition, ptype (its type: a fixed partition's producers resend
+                   on PARTITION_NOT_WRITABLE, its failover), producer_id (str), pid (int,
+                   idempotence id)}
 PRODUCE            client->CM: c, p (partition), d, n, b, f, x, pid?, pep? (producer epoch),
                    seq? (base sequence of the batch; the MM stores a resend of a stored
                    (pid, pep, seq) once and acks it with the original offsets, ``dup`` = true)

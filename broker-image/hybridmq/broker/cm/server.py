@@ -482,7 +482,14 @@ class ConnectionManager:
         session.producers[producer_id] = name
         session.conn.reply(
             frame,
-            {"t": FrameType.OK, "partition": name, "producer_id": producer_id, "pid": secrets.randbits(62)},
+            {
+                "t": FrameType.OK,
+                "partition": name,
+                # a fixed partition's producers wait out its failover (PARTITION_NOT_WRITABLE)
+                "ptype": str(partitions[name].type if name in partitions else ptype),
+                "producer_id": producer_id,
+                "pid": secrets.randbits(62),
+            },
         )
 
     def _link_up(self, mm: str | None) -> bool:
