@@ -48,16 +48,19 @@ DELIVER            MM->CM->client: s, p, d, o (offset of its first record), n (r
                    (records blob: n consecutive records of one stored batch, at most what the
                    consumer's window has room for), f, rd (delivery count - 1 of these records;
                    > 0: a redelivery; queues and durable subscriptions count across failovers),
-                   xa (extra attributes: chunk info, DMQ origin and reason)
+                   xa (extra attributes: chunk info, DMQ origin and reason), e (partition
+                   epoch of the MM that delivered it)
 ACK                client->CM->MM: s, p, o (the DELIVER's o: which delivery), a? ([first, last]
                    offsets of the records acknowledged; without it all the delivery has left),
-                   rd? (the DELIVER's rd: which hand-out is acknowledged), c? ; CM->MM adds e
-                   (partition epoch; the MM refuses acks of an older epoch). With c: OK {r} once
+                   rd? (the DELIVER's rd: which hand-out is acknowledged), e? (the DELIVER's e),
+                   c? ; the CM routes it to the MM that delivered at that epoch (else to the
+                   partition's primary in its table) with e (partition epoch; the MM refuses
+                   acks of an older epoch). With c: OK {r} once
                    the acknowledgement is committed (replicated: never delivered again), ERROR
                    STALE_DELIVERY (those records are not outstanding in that hand-out: they are
                    or were redelivered, or were acknowledged), or ERROR INVALID_REQUEST (a
                    malformed a). Without c no reply.
-NACK               client->CM->MM: s, p, o, a?, rd?, rq? — give the records back for redelivery;
+NACK               client->CM->MM: s, p, o, a?, rd?, e?, rq? — give the records back for redelivery;
                    rq false (queues): reject them, they move to queue:_DMQ (reason "rejected by
                    a consumer"). No reply without c; with c: OK (a rejection once committed), or
                    ERROR STALE_DELIVERY / INVALID_REQUEST.
