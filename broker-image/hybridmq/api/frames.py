@@ -122,7 +122,9 @@ class FrameType(IntEnum):
     ACK = 23
     NACK = 24
     # CM -> consumer: deliveries of partition ``p`` below epoch ``e`` are void (it failed over; the
-    # new primary hands their batches out again, flagged): drop what is not handed out yet.
+    # new primary hands their batches out again, flagged): drop what is not handed out yet. With
+    # ``lost`` instead: those at epochs up to ``lost`` received so far are void (the connection from
+    # their MM ended, it hands them out again, flagged); later ones are not.
     REVOKE = 25
     ADMIN = 30
     ADMIN_PART = 31

@@ -31,7 +31,7 @@ import itertools
 import time
 import zlib
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any, Unpack
 
 from hybridmq.api.frames import BatchFlag, ErrorCode, FrameType
@@ -198,6 +198,8 @@ class Consumer(SessionClient):
         if t == FrameType.DELIVER:
             if not self._is_revoked(frame):
                 self._frames.put_nowait(frame)
+        elif t == FrameType.REVOKE and frame.get("lost") is not None:
+            self._void(str(frame.get("p", "")), int(frame["lost"]))
         elif t == FrameType.REVOKE:
             self._revoke(str(frame.get("p", "")), int(frame.get("e", 0)))
         elif t == FrameType.ERROR:
@@ -215,15 +217,33 @@ class Consumer(SessionClient):
         if epoch <= self._revoked.get(partition, 0):
             return
         self._revoked[partition] = epoch
+        self._drop_queued(self._is_revoked)
+
+    def _void(self, partition: str, epoch: int) -> None:
+        """The connection that brought the partition's deliveries up to ``epoch`` ended: its MM
+        gave them back and hands them out again, flagged (at the same epoch when the partition did
+        not move). What is queued of them is dropped; later deliveries are not affected."""
+
+        def void(frame: dict[str, Any] | None) -> bool:
+            return (
+                frame is not None
+                and frame.get("p") == partition
+                and (frame.get("e") is None or int(frame["e"]) <= epoch)
+            )
+
+        self._drop_queued(void)
+
+    def _drop_queued(self, void: Callable[[dict[str, Any] | None], bool]) -> None:
+        """Drop the deliveries ``void`` names that were not handed to the application yet."""
         queued: list[dict[str, Any] | None] = []
         while not self._frames.empty():
             queued.append(self._frames.get_nowait())
         for frame in queued:
-            if not self._is_revoked(frame):
+            if not void(frame):
                 self._frames.put_nowait(frame)
-        self._stash = deque(f for f in self._stash if not self._is_revoked(f))
-        if self._is_revoked(self._current_frame):
-            self._drop_current()  # the rest of a revoked delivery: it comes again
+        self._stash = deque(f for f in self._stash if not void(f))
+        if void(self._current_frame):
+            self._drop_current()  # the rest of a void delivery: it comes again
 
     def _drop_current(self) -> None:
         """Forget the messages of the current delivery not handed to the application yet."""

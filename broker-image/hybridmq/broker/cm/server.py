@@ -38,6 +38,12 @@ Kubernetes):
   (partition, new epoch) as soon as this CM learns of the epoch, from the table or from the first
   delivery at that epoch it relays (whichever comes first, so a REVOKE always precedes the new
   primary's deliveries on a session); the client drops older ones.
+* Deliveries are void too when the connection to their MM ends (this CM drops it when the MM is
+  demoted for some partition, or the MM died): the MM gives back what it delivered on it, also of
+  partitions that keep their epoch, and hands it out again, flagged, possibly to another consumer.
+  So every consumer session gets REVOKE (partition, ``lost`` = the epoch they came at) for each
+  partition that MM delivered, before anything from a new connection is relayed; the client drops
+  what it still queues of them.
 * An ACK/NACK names the epoch of its delivery; the CM sends it to the MM that delivered at that
   epoch, which may be a new primary its table does not name yet (otherwise the acknowledgement
   would go to the old primary, be refused, and hold the consumer's window until it left).
@@ -311,6 +317,22 @@ class ConnectionManager:
                 except ConnectionClosed:
                     pass
 
+    def _link_lost(self, link: MMLink) -> None:
+        """The connection to ``link``'s MM ended: the MM gave back every delivery it made on it,
+        also of partitions that did not move (no new epoch to revoke them by), and hands them out
+        again, flagged. Copies a consumer still queues would be handed out late, as unflagged
+        repeats: every consumer session is told to drop them (REVOKE with ``lost``, the epoch
+        they came at), before anything from a new connection is relayed."""
+        lost = [(p, epoch) for p, (epoch, mm) in self._deliverers.items() if mm == link.name]
+        for session in list(self.sessions.values()):
+            if not session.subs or session.conn.closed:
+                continue
+            for partition, epoch in lost:
+                try:
+                    session.conn.send_nowait({"t": FrameType.REVOKE, "p": partition, "lost": epoch})
+                except ConnectionClosed:
+                    break
+
     def _sync_links(self) -> None:
         for b in self.source.brokers().values():
             link = self.links.get(b.name)
@@ -332,6 +354,7 @@ class ConnectionManager:
                     self._on_mm_frame,
                     self._replay_subscriptions,
                     self.tls,
+                    self._link_lost,
                 )
                 self.links[b.name] = link
                 link.start()
