@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
+import subprocess
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -154,6 +156,17 @@ async def until(predicate: Callable[[], bool], within: float, what: str) -> None
             return
         await asyncio.sleep(0.05)
     raise TimeoutError(f"timed out waiting for {what}")
+
+
+def end_process(proc: subprocess.Popen[bytes], within: float = 60) -> None:
+    """Stop a broker process the test started itself (SIGTERM, SIGKILL if it takes too long)."""
+    proc.send_signal(signal.SIGCONT)  # a stopped process would not act on the SIGTERM
+    proc.terminate()
+    try:
+        proc.wait(within)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 async def stop_all(stop: asyncio.Event, tasks: list[asyncio.Task[None]]) -> None:

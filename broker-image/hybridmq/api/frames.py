@@ -30,7 +30,9 @@ HELLO_OK           server->client: r?, v, session, node, max_frame
 ERROR              either: r (when answering a request), code, msg, fatal (bool)
 OK                 reply: r, plus request-specific fields
 OPEN_PRODUCER      client->CM: c, ptype ("fixed"|"on-demand"), key?, partition?
-                   -> OK {r, partition, producer_id (str), pid (int, idempotence id)}
+                   -> OK {r, partition, ptype (its type: a fixed partition's producers resend
+                   on PARTITION_NOT_WRITABLE, its failover), producer_id (str), pid (int,
+                   idempotence id)}
 PRODUCE            client->CM: c, p (partition), d, n, b, f, x, pid?, pep? (producer epoch),
                    seq? (base sequence of the batch; the MM stores a resend of a stored
                    (pid, pep, seq) once and acks it with the original offsets, ``dup`` = true)
@@ -46,16 +48,19 @@ DELIVER            MM->CM->client: s, p, d, o (offset of its first record), n (r
                    (records blob: n consecutive records of one stored batch, at most what the
                    consumer's window has room for), f, rd (delivery count - 1 of these records;
                    > 0: a redelivery; queues and durable subscriptions count across failovers),
-                   xa (extra attributes: chunk info, DMQ origin and reason)
+                   xa (extra attributes: chunk info, DMQ origin and reason), e (partition
+                   epoch of the MM that delivered it)
 ACK                client->CM->MM: s, p, o (the DELIVER's o: which delivery), a? ([first, last]
                    offsets of the records acknowledged; without it all the delivery has left),
-                   rd? (the DELIVER's rd: which hand-out is acknowledged), c? ; CM->MM adds e
-                   (partition epoch; the MM refuses acks of an older epoch). With c: OK {r} once
+                   rd? (the DELIVER's rd: which hand-out is acknowledged), e? (the DELIVER's e),
+                   c? ; the CM routes it to the MM that delivered at that epoch (else to the
+                   partition's primary in its table) with e (partition epoch; the MM refuses
+                   acks of an older epoch). With c: OK {r} once
                    the acknowledgement is committed (replicated: never delivered again), ERROR
                    STALE_DELIVERY (those records are not outstanding in that hand-out: they are
                    or were redelivered, or were acknowledged), or ERROR INVALID_REQUEST (a
                    malformed a). Without c no reply.
-NACK               client->CM->MM: s, p, o, a?, rd?, rq? — give the records back for redelivery;
+NACK               client->CM->MM: s, p, o, a?, rd?, e?, rq? — give the records back for redelivery;
                    rq false (queues): reject them, they move to queue:_DMQ (reason "rejected by
                    a consumer"). No reply without c; with c: OK (a rejection once committed), or
                    ERROR STALE_DELIVERY / INVALID_REQUEST.
@@ -131,7 +136,9 @@ class FrameType(IntEnum):
     ACK = 23
     NACK = 24
     # CM -> consumer: deliveries of partition ``p`` below epoch ``e`` are void (it failed over; the
-    # new primary hands their batches out again, flagged): drop what is not handed out yet.
+    # new primary hands their batches out again, flagged): drop what is not handed out yet. With
+    # ``lost`` instead: those at epochs up to ``lost`` received so far are void (the connection from
+    # their MM ended, it hands them out again, flagged); later ones are not.
     REVOKE = 25
     ADMIN = 30
     ADMIN_PART = 31

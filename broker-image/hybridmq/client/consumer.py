@@ -31,7 +31,7 @@ import itertools
 import time
 import zlib
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any, Unpack
 
 from hybridmq.api.frames import BatchFlag, ErrorCode, FrameType
@@ -112,12 +112,13 @@ class Consumer(SessionClient):
         self._stash: deque[dict[str, Any]] = deque()
         self._current: deque[Message] = deque()
         self._current_frame: dict[str, Any] | None = None
-        # auto_ack=False: (partition, offset, rd) of messages not acknowledged -> their delivery's start
-        self._unacked: dict[tuple[str, int, int], int] = {}
+        # auto_ack=False: (partition, offset, rd) of messages not acknowledged -> their delivery's
+        # start and the partition epoch it came at (the CM sends the ACK where it came from)
+        self._unacked: dict[tuple[str, int, int], tuple[int, int | None]] = {}
         self._acks: set[asyncio.Future[Any]] = set()  # acknowledgements not confirmed yet
-        # ack() calls of this loop iteration, per delivery (partition, start, rd): (offset, future);
-        # sent together, one ACK per run of consecutive messages
-        self._ack_runs: dict[tuple[str, int, int], list[tuple[int, asyncio.Future[Any]]]] = {}
+        # ack() calls of this loop iteration, per delivery (partition, start, rd, epoch): (offset,
+        # future); sent together, one ACK per run of consecutive messages
+        self._ack_runs: dict[tuple[str, int, int, int | None], list[tuple[int, asyncio.Future[Any]]]] = {}
         self._refused_acks = 0
         self._refused_streams: set[str] = set()
         self.chunk_timeout_s = 300.0  # a stream being read that gets no next chunk: StreamError
@@ -197,6 +198,8 @@ class Consumer(SessionClient):
         if t == FrameType.DELIVER:
             if not self._is_revoked(frame):
                 self._frames.put_nowait(frame)
+        elif t == FrameType.REVOKE and frame.get("lost") is not None:
+            self._void(str(frame.get("p", "")), int(frame["lost"]))
         elif t == FrameType.REVOKE:
             self._revoke(str(frame.get("p", "")), int(frame.get("e", 0)))
         elif t == FrameType.ERROR:
@@ -214,15 +217,33 @@ class Consumer(SessionClient):
         if epoch <= self._revoked.get(partition, 0):
             return
         self._revoked[partition] = epoch
+        self._drop_queued(self._is_revoked)
+
+    def _void(self, partition: str, epoch: int) -> None:
+        """The connection that brought the partition's deliveries up to ``epoch`` ended: its MM
+        gave them back and hands them out again, flagged (at the same epoch when the partition did
+        not move). What is queued of them is dropped; later deliveries are not affected."""
+
+        def void(frame: dict[str, Any] | None) -> bool:
+            return (
+                frame is not None
+                and frame.get("p") == partition
+                and (frame.get("e") is None or int(frame["e"]) <= epoch)
+            )
+
+        self._drop_queued(void)
+
+    def _drop_queued(self, void: Callable[[dict[str, Any] | None], bool]) -> None:
+        """Drop the deliveries ``void`` names that were not handed to the application yet."""
         queued: list[dict[str, Any] | None] = []
         while not self._frames.empty():
             queued.append(self._frames.get_nowait())
         for frame in queued:
-            if not self._is_revoked(frame):
+            if not void(frame):
                 self._frames.put_nowait(frame)
-        self._stash = deque(f for f in self._stash if not self._is_revoked(f))
-        if self._is_revoked(self._current_frame):
-            self._drop_current()  # the rest of a revoked delivery: it comes again
+        self._stash = deque(f for f in self._stash if not void(f))
+        if void(self._current_frame):
+            self._drop_current()  # the rest of a void delivery: it comes again
 
     def _drop_current(self) -> None:
         """Forget the messages of the current delivery not handed to the application yet."""
@@ -244,8 +265,8 @@ class Consumer(SessionClient):
         requeue: bool = True,
         track: bool = True,
     ) -> asyncio.Future[Any] | None:
-        """ACK (or NACK) the delivery ``frame`` (p, o, rd): ``records`` ``(first, last)`` of it, or
-        all it has left; the future is its confirmation (``track``: ``commit`` waits for it)."""
+        """ACK (or NACK) the delivery ``frame`` (p, o, rd, e): ``records`` ``(first, last)`` of it,
+        or all it has left; the future is its confirmation (``track``: ``commit`` waits for it)."""
         conn = self.session.conn
         if conn.closed:
             return None  # redelivered after the failover, then dropped as handed out and acked
@@ -256,6 +277,8 @@ class Consumer(SessionClient):
             "o": frame["o"],
             "rd": int(frame.get("rd", 0)),
         }
+        if frame.get("e") is not None:
+            ack["e"] = int(frame["e"])  # the CM sends it to the MM that delivered at this epoch
         if records is not None:
             ack["a"] = list(records)
         if not requeue:
@@ -287,37 +310,40 @@ class Consumer(SessionClient):
         acknowledgements of one loop iteration go out together, one ACK per run of consecutive
         messages of a delivery."""
         k = (message.partition, message.offset, message.delivery_count - 1)
-        start = self._unacked.get(k)
-        if start is None or self.session.conn.closed:
+        delivery = self._unacked.get(k)
+        if delivery is None or self.session.conn.closed:
             return None  # closed: redelivered after the failover, then dropped as handed out and acked
         del self._unacked[k]
+        start, epoch = delivery
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._acks.add(fut)
         fut.add_done_callback(self._ack_done)
         if not self._ack_runs:
             asyncio.get_running_loop().call_soon(self._flush_acks)
-        self._ack_runs.setdefault((k[0], start, k[2]), []).append((k[1], fut))
+        self._ack_runs.setdefault((k[0], start, k[2], epoch), []).append((k[1], fut))
         return fut
 
     def _flush_acks(self) -> None:
         runs, self._ack_runs = self._ack_runs, {}
-        for (partition, start, rd), acked in runs.items():
+        for delivery, acked in runs.items():
             acked.sort(key=lambda item: item[0])
             run = [acked[0]]
             for item in acked[1:]:
                 if item[0] != run[-1][0] + 1:
-                    self._send_run(partition, start, rd, run)
+                    self._send_run(delivery, run)
                     run = []
                 run.append(item)
-            self._send_run(partition, start, rd, run)
+            self._send_run(delivery, run)
 
     def _send_run(
-        self, partition: str, start: int, rd: int, run: list[tuple[int, asyncio.Future[Any]]]
+        self, delivery: tuple[str, int, int, int | None], run: list[tuple[int, asyncio.Future[Any]]]
     ) -> None:
-        """One ACK for consecutive messages; its answer confirms (or fails) each one's future."""
+        """One ACK for consecutive messages of ``delivery`` (partition, start, rd, epoch); its
+        answer confirms (or fails) each one's future."""
         futs = [fut for _, fut in run]
+        partition, start, rd, epoch = delivery
         sent = self._send_ack(
-            {"p": partition, "o": start, "rd": rd}, records=(run[0][0], run[-1][0]), track=False
+            {"p": partition, "o": start, "rd": rd, "e": epoch}, records=(run[0][0], run[-1][0]), track=False
         )
 
         def answered(answer: asyncio.Future[Any] | None) -> None:
@@ -343,11 +369,12 @@ class Consumer(SessionClient):
         ``requeue=False`` rejected for good: a queue moves it to ``queue:_DMQ`` (a topic's durable
         subscription redelivers it). A rejection's future is confirmed like an acknowledgement."""
         k = (message.partition, message.offset, message.delivery_count - 1)
-        start = self._unacked.pop(k, None)
-        if start is None:
+        delivery = self._unacked.pop(k, None)
+        if delivery is None:
             return None
+        start, epoch = delivery
         return self._send_ack(
-            {"p": k[0], "o": start, "rd": k[2]}, nack=True, records=(k[1], k[1]), requeue=requeue
+            {"p": k[0], "o": start, "rd": k[2], "e": epoch}, nack=True, records=(k[1], k[1]), requeue=requeue
         )
 
     def settled(self, message: Message) -> None:
@@ -438,7 +465,9 @@ class Consumer(SessionClient):
                             self._send_ack(frame, records=(m.offset, m.offset))
                 self._current = deque(fresh)
         if not self.auto_ack:
-            self._unacked.update(((p, m.offset, rd), base) for m in self._current)
+            epoch = frame.get("e")
+            delivery = (base, None if epoch is None else int(epoch))
+            self._unacked.update(((p, m.offset, rd), delivery) for m in self._current)
 
     async def receive(self, timeout: float | None = None) -> Message | StreamMessage:  # noqa: ASYNC109
         """The next message (raises TimeoutError after ``timeout`` seconds)."""

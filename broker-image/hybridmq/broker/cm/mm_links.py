@@ -1,7 +1,9 @@
 """The CM's connections to the Message Managers, one per MM, reconnecting for ever.
 
 When a link (re)connects, ``on_connect`` is called so the CM can replay its active subscriptions:
-an MM that restarted (kill -9 test) gets its consumers back without the clients noticing.
+an MM that restarted (kill -9 test) gets its consumers back without the clients noticing. When a
+connection ends, ``on_lost`` is called once every frame it brought was handled: the MM gave back
+every delivery it made on it (they come again, flagged), so the CM voids them at the clients.
 """
 
 from __future__ import annotations
@@ -29,7 +31,9 @@ class MMLink:
         on_frame: Callable[[MMLink, dict[str, Any]], None],
         on_connect: Callable[[MMLink], Awaitable[None]],
         tls: BrokerTls | None = None,
+        on_lost: Callable[[MMLink], None] = lambda link: None,
     ) -> None:
+        self.on_lost = on_lost
         self.tls = tls  # mutual TLS: the CM presents its certificate, checks the MM's
         self.name = name
         self.address = address
@@ -89,3 +93,7 @@ class MMLink:
             self.connected.clear()
             self.conn = None
             log.warning("lost mm %s", self.name)
+            try:
+                self.on_lost(self)
+            except Exception:
+                log.exception("voiding the deliveries of %s", self.name)

@@ -12,7 +12,7 @@ handled without decoding any record:
 * SUBSCRIBE (consume ACL) is sent to every MM under a CM-wide key ``<session>/<sub>`` with the
   user's consume grants (``acl``), which the MMs apply to every destination a wildcard matches; a
   wildcard that cannot match any granted destination is refused (``auth/subscription_scope.py``); the MMs push
-  DELIVER frames which are relayed to the client; ACK/NACK go to the partition's primary.
+  DELIVER frames which are relayed to the client; ACK/NACK go to the MM that delivered them.
 * ADMIN answers composite replies (one part per MM for ``mm-stats``); DIRECTORY the broker and
   application tables of the whole cluster and, with ``next``, the CM an application should use
   (``cm/directory.py``); MARKER appends a takeover marker to every partition (``cm/markers.py``).
@@ -38,6 +38,15 @@ Kubernetes):
   (partition, new epoch) as soon as this CM learns of the epoch, from the table or from the first
   delivery at that epoch it relays (whichever comes first, so a REVOKE always precedes the new
   primary's deliveries on a session); the client drops older ones.
+* Deliveries are void too when the connection to their MM ends (this CM drops it when the MM is
+  demoted for some partition, or the MM died): the MM gives back what it delivered on it, also of
+  partitions that keep their epoch, and hands it out again, flagged, possibly to another consumer.
+  So every consumer session gets REVOKE (partition, ``lost`` = the epoch they came at) for each
+  partition that MM delivered, before anything from a new connection is relayed; the client drops
+  what it still queues of them.
+* An ACK/NACK names the epoch of its delivery; the CM sends it to the MM that delivered at that
+  epoch, which may be a new primary its table does not name yet (otherwise the acknowledgement
+  would go to the old primary, be refused, and hold the consumer's window until it left).
 """
 
 from __future__ import annotations
@@ -152,6 +161,9 @@ class ConnectionManager:
         self._retired: set[asyncio.Task[None]] = set()  # links to an MM's old address, stopping
         self._primaries: dict[str, str | None] = {}  # partition -> primary MM, as last seen
         self._epochs: dict[str, int] = {}  # partition -> newest epoch seen (table or delivery)
+        # partition -> (epoch, MM) of the newest epoch whose deliveries this CM relayed: acks go
+        # where their delivery came from, also before this CM's table names that primary
+        self._deliverers: dict[str, tuple[int, str]] = {}
         self.sessions: dict[str, Session] = {}
         self.subs: dict[str, SubEntry] = {}
         self._rr = itertools.count()
@@ -311,6 +323,22 @@ class ConnectionManager:
                 except ConnectionClosed:
                     pass
 
+    def _link_lost(self, link: MMLink) -> None:
+        """The connection to ``link``'s MM ended: the MM gave back every delivery it made on it,
+        also of partitions that did not move (no new epoch to revoke them by), and hands them out
+        again, flagged. Copies a consumer still queues would be handed out late, as unflagged
+        repeats: every consumer session is told to drop them (REVOKE with ``lost``, the epoch
+        they came at), before anything from a new connection is relayed."""
+        lost = [(p, epoch) for p, (epoch, mm) in self._deliverers.items() if mm == link.name]
+        for session in list(self.sessions.values()):
+            if not session.subs or session.conn.closed:
+                continue
+            for partition, epoch in lost:
+                try:
+                    session.conn.send_nowait({"t": FrameType.REVOKE, "p": partition, "lost": epoch})
+                except ConnectionClosed:
+                    break
+
     def _sync_links(self) -> None:
         for b in self.source.brokers().values():
             link = self.links.get(b.name)
@@ -332,6 +360,7 @@ class ConnectionManager:
                     self._on_mm_frame,
                     self._replay_subscriptions,
                     self.tls,
+                    self._link_lost,
                 )
                 self.links[b.name] = link
                 link.start()
@@ -348,7 +377,11 @@ class ConnectionManager:
             return
         epoch = frame.get("e")
         if epoch is not None:
-            self._new_epoch(str(frame.get("p", "")), int(epoch))
+            partition = str(frame.get("p", ""))
+            self._new_epoch(partition, int(epoch))
+            known = self._deliverers.get(partition)
+            if known is None or int(epoch) >= known[0]:
+                self._deliverers[partition] = (int(epoch), link.name)
         entry = self.subs.get(frame.get("s", ""))
         if entry is None or entry.session.conn.closed:
             return
@@ -492,7 +525,14 @@ class ConnectionManager:
         session.producers[producer_id] = name
         session.conn.reply(
             frame,
-            {"t": FrameType.OK, "partition": name, "producer_id": producer_id, "pid": secrets.randbits(62)},
+            {
+                "t": FrameType.OK,
+                "partition": name,
+                # a fixed partition's producers wait out its failover (PARTITION_NOT_WRITABLE)
+                "ptype": str(partitions[name].type if name in partitions else ptype),
+                "producer_id": producer_id,
+                "pid": secrets.randbits(62),
+            },
         )
 
     def _link_up(self, mm: str | None) -> bool:
@@ -629,20 +669,35 @@ class ConnectionManager:
             await asyncio.gather(*futs, return_exceptions=True)
         session.conn.reply(frame, {"t": FrameType.OK})
 
+    def _ack_target(self, partition: str, epoch: Any) -> tuple[str | None, int]:
+        """(MM, epoch) an ACK/NACK of a delivery made at ``epoch`` goes to: the MM that delivered
+        at that epoch, though this CM's table may not name it yet (a new primary's first
+        deliveries can come before the table does); else the primary in the table (a client
+        that does not say the epoch: the table's). An older epoch's delivery is void: the MM
+        refuses its acknowledgement and the records come again, flagged."""
+        a = self.source.partitions().get(partition)
+        if a is None:
+            return log_partition_owner(partition), 0  # an MM's internal log: epoch 0
+        if epoch is None:
+            return a.primary, a.epoch
+        if int(epoch) <= a.epoch:
+            return a.primary, int(epoch)
+        seen = self._deliverers.get(partition)
+        return (seen[1] if seen is not None and seen[0] == int(epoch) else None), int(epoch)
+
     def _ack(self, session: Session, frame: dict[str, Any]) -> None:
-        """ACK/NACK to the primary; one with a correlation id gets the MM's answer relayed."""
+        """ACK/NACK to the MM that delivered it; one with a correlation id gets the MM's answer
+        relayed."""
         corr = frame.get("c")
         key = session.subs.get(int(frame["s"]))
-        a = self.source.partitions().get(frame.get("p", ""))
-        owner = log_partition_owner(str(frame.get("p", "")))  # an MM's internal log: epoch 0
-        target = a.primary if a is not None else owner
+        target, epoch = self._ack_target(str(frame.get("p", "")), frame.get("e"))
         link = self.links.get(target or "")
         if key is None or link is None or link.conn is None or link.conn.closed:
             if corr is not None:
                 session.conn.reply_error(frame, ErrorCode.STALE_DELIVERY, "no subscription or primary for it")
             return
         frame["s"] = key
-        frame["e"] = a.epoch if a is not None else 0
+        frame["e"] = epoch
         if corr is None:
             link.conn.send_nowait(frame)
             return

@@ -20,8 +20,11 @@ Delivery counts are per record: ``deliveries`` holds those handed out more than 
 ``delivered_through`` is the end of the furthest record ever handed out, so after a failover every
 unacknowledged record below it counts as delivered once (more when a ``Redelivery`` record says so).
 A delivery only groups records with the same count. The host writes both ahead of the deliveries
-they cover, so a count never goes back and an acknowledgement names the attempt it acknowledges
-(``settle(..., attempt=)``).
+they cover, so a count never goes back behind a delivery that was sent and an acknowledgement
+names the attempt it acknowledges (``settle(..., attempt=)``). A delivery whose records could not
+be committed was never sent: ``withdraw`` gives it back *uncounted* (``unsent`` holds first
+deliveries withdrawn below the mark), so a primary that cannot commit for a while (its lease
+lapsed) does not run a backlog's counts up to ``_DMQ`` without anyone getting it.
 
 Streams (very large messages, one CHUNK batch per chunk) are one unit: the chunks of a stream go to
 the consumer that got its first chunk; acknowledging a chunk before the final one frees the window
@@ -128,6 +131,7 @@ class DeliveryState:
     acked: RangeSet = field(default_factory=RangeSet)  # acknowledged records above the cursor
     streams: dict[str, OpenStream] = field(default_factory=dict)
     delivered_through: int = 0
+    unsent: RangeSet = field(default_factory=RangeSet)  # below ``delivered_through``, never sent
     rr: int = 0
     dirty: bool = False
     delivery_dirty: bool = False
@@ -148,12 +152,14 @@ class DeliveryState:
 
     def times_delivered(self, offset: int) -> int:
         """How often the record at ``offset`` has been handed out (at least once below the mark)."""
-        return self.deliveries.get(offset) or (1 if offset < self.delivered_through else 0)
+        if offset in self.deliveries:
+            return self.deliveries[offset]
+        return 1 if offset < self.delivered_through and offset not in self.unsent else 0
 
     def same_count_until(self, first: int, last: int) -> int:
         """The last offset of the run from ``first`` (up to ``last``) of equal delivery counts."""
         through = self.delivered_through
-        if not self.deliveries:
+        if not self.deliveries and not self.unsent:
             return last if first >= through else min(last, through - 1)
         count = self.times_delivered(first)
         end = first
@@ -194,6 +200,9 @@ class DeliveryState:
         if times > 1:
             for offset in range(first, last + 1):
                 self.deliveries[offset] = times
+        elif self.unsent and first < self.delivered_through:
+            # a run of count 0: inside one withdrawn interval, or reaching past the mark
+            self.unsent.remove(first, min(last, self.delivered_through - 1))
         self.pending[first] = Pending(
             first, count, size, link, blob, times, stream, fin, RangeSet([(first, last)])
         )
@@ -263,6 +272,8 @@ class DeliveryState:
         self.dirty = True
         if len(self.acked) > 64:
             self.acked.drop_below(self.lw())
+        if self.unsent:
+            self.unsent.drop_below(self.lw())
 
     def give_back(
         self,
@@ -283,6 +294,26 @@ class DeliveryState:
             if p.stream is not None:
                 self._give_back_stream(p.stream)
         return True
+
+    def withdraw(self, start: int, count: int, link: ConsumerLink, attempt: int) -> None:
+        """The delivery of ``count`` records at ``start`` (hand-out ``attempt``) was never sent
+        (its delivery records could not be committed): back to be handed out again, its count
+        undone (what a given-back chunk drags along of its stream was sent, and stays counted)."""
+        p = self.pending.get(start)
+        if p is not None and p.link is link and p.attempt == attempt:
+            self.give_back(start, link=link, attempt=attempt)
+        last = start + count - 1
+        if self.times_delivered(start) != attempt:
+            return  # acknowledged or handed out again meanwhile
+        if attempt > 1:
+            for offset in range(start, last + 1):
+                if attempt > 2:
+                    self.deliveries[offset] = attempt - 1
+                else:
+                    self.deliveries.pop(offset, None)  # once, as below the mark
+        else:
+            self.unsent.add(start, last)
+        self.delivery_dirty = True
 
     def reject(
         self, start: int, first: int | None, last: int | None, link: ConsumerLink, attempt: int | None
@@ -334,6 +365,7 @@ class DeliveryState:
         self.next_offset = int(lw)
         self.acked = RangeSet((int(b), int(e)) for b, e in ranges)
         self.delivered_through = max(self.delivered_through, int(delivered_through))
+        self.unsent = RangeSet()
         self.deliveries = {
             int(o): int(n) for o, n in counts if int(o) >= self.next_offset and int(o) not in self.acked
         }

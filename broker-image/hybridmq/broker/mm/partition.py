@@ -32,7 +32,9 @@ watermark: ``control_waiter``) by one group-commit task, the control committer:
   committed (DeliveredThrough for a first delivery, Redelivery with the attempt for a later one): a
   new primary knows every record that was handed out, flags its next delivery ``rd`` > 0 and never
   reuses an attempt number, so a late ACK of a hand-out before the failover (ACK ``rd``) cannot
-  acknowledge the new one.
+  acknowledge the new one. A round that cannot be committed sends nothing and withdraws its
+  deliveries uncounted (no round is even appended while the lease is known lost): a lease that
+  lapses for a while costs a delivery count only to what was sent.
 """
 
 from __future__ import annotations
@@ -789,15 +791,18 @@ class PartitionHost:
             replies, self._ack_replies = self._ack_replies, []
             self._committing = replies
             try:
+                if not self.leader.writable and not self._catching_up():
+                    # Known lost (lease lapsed, stepped down): nothing to append, a round would fail.
+                    raise CommitError(ErrorCode.NOT_PRIMARY, f"{self.name}: no lease")
                 self.write_cursors()
                 await self.commit_control(self.storage.end_offset)
             except Exception as exc:
                 code = exc.frame_code if isinstance(exc, CommitError) else None
                 if code is None:
                     log.exception("committing cursors failed on %s", self.name)
-                for state, link, frame in outbox:  # never sent: given back (counted, conservatively)
-                    if _outstanding(state, link, frame):
-                        state.give_back(frame["o"], link=link)
+                # Never sent: back to be handed out again, uncounted (a consumer never had them).
+                for state, link, frame in outbox:
+                    state.withdraw(frame["o"], int(frame["n"]), link, int(frame.get("rd", 0)) + 1)
                 self._committing = []
                 _refuse(replies, code or ErrorCode.INTERNAL, f"not committed: {exc}")
                 await asyncio.sleep(0.05)

@@ -35,7 +35,7 @@ from hybridmq.client.connection import ClientError
 from hybridmq.client.message import Ack
 from hybridmq.client.producer.accumulator import MAX_RECORD_BYTES, Accumulator
 from hybridmq.client.producer.move import OnDemandMove
-from hybridmq.client.producer.sender import Sender
+from hybridmq.client.producer.sender import FIXED_RETRIABLE, RETRIABLE, Sender
 from hybridmq.client.producer.stream import send_stream
 from hybridmq.client.send_log import SendLog, SendLogTarget
 from hybridmq.client.session import Session, SessionArgs, SessionClient, SessionOptions
@@ -69,6 +69,7 @@ class Producer(SessionClient):
             int(reply.get("pid", -1)),
             delivery_timeout,
             self.send_log,
+            FIXED_RETRIABLE if reply.get("ptype") == PartitionType.FIXED else RETRIABLE,
         )
         sender = self._sender
         self._acc = Accumulator(linger_ms / 1000.0, batch_bytes, sender.send_batch, lambda: sender.idle)

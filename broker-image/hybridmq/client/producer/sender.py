@@ -2,8 +2,9 @@
 
 Many PRODUCE frames are in flight at once (correlation ids). Each carries the producer id, producer
 epoch and sequence, so a resend is stored once by the MM. A batch refused for a transient reason
-(its MM is down or restarting, the partition moved to a new primary, a stale epoch) is resent as it
-is until ``delivery_timeout`` seconds passed; per-producer order holds because a later batch is
+(its MM is down or restarting, the partition moved to a new primary, a stale epoch; a fixed
+partition waiting for its new primary, ``PARTITION_NOT_WRITABLE``) is resent as it is until
+``delivery_timeout`` seconds passed; per-producer order holds because a later batch is
 refused (out of order) until the earlier one is stored. A batch refused because an on-demand
 partition stopped taking writes goes to the on-demand move (``move.py``). A batch whose connection
 was lost waits for the session's next connection and is resent there, in sequence order.
@@ -36,6 +37,9 @@ RETRIABLE = frozenset(
         ErrorCode.NOT_ENOUGH_REPLICAS,
     }
 )
+# A fixed partition keeps its identity for ever: refusing writes is only a failover in progress
+# (no primary yet), so its producers resend too.
+FIXED_RETRIABLE = RETRIABLE | {ErrorCode.PARTITION_NOT_WRITABLE}
 FIRST_RETRY_S = 0.05
 MAX_RETRY_S = 0.5
 
@@ -56,8 +60,10 @@ class Sender:
         pid: int,
         delivery_timeout: float,
         send_log: SendLog | None,
+        retriable: frozenset[ErrorCode] = RETRIABLE,
     ) -> None:
         self.session = session
+        self.retriable = retriable  # FIXED_RETRIABLE on a fixed partition
         self.partition = partition
         self.producer_id = producer_id
         self.pid = pid  # idempotence: (pid, sequence) lets the MM store a resent batch once
@@ -162,7 +168,7 @@ class Sender:
                     self._after_ack[result] = (frame, size, deadline, delay)
                     loop.call_later(MAX_RETRY_S, self._resend_waiting, result)
                     return
-                if exc.code in RETRIABLE and loop.time() + delay < deadline:
+                if exc.code in self.retriable and loop.time() + delay < deadline:
                     # e.g. the MM restarted or the partition moved to a new primary: resend; the
                     # MM drops what it already stored, and later batches wait their turn.
                     retry = min(delay * 2, MAX_RETRY_S)
