@@ -53,6 +53,7 @@ class Producer(SessionClient):
         reply: dict[str, Any],
         *,
         movable: bool,
+        fixed: bool = False,
         linger_ms: float,
         batch_bytes: int,
         max_pending_bytes: int,
@@ -69,6 +70,7 @@ class Producer(SessionClient):
             int(reply.get("pid", -1)),
             delivery_timeout,
             self.send_log,
+            waits_offline=fixed,
         )
         sender = self._sender
         self._acc = Accumulator(linger_ms / 1000.0, batch_bytes, sender.send_batch, lambda: sender.idle)
@@ -106,6 +108,7 @@ class Producer(SessionClient):
             session,
             reply,
             movable=partition is None and ptype == PartitionType.ON_DEMAND,
+            fixed=ptype == PartitionType.FIXED,
             linger_ms=linger_ms,
             batch_bytes=batch_bytes,
             max_pending_bytes=max_pending_bytes,

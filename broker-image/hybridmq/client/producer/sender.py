@@ -56,8 +56,12 @@ class Sender:
         pid: int,
         delivery_timeout: float,
         send_log: SendLog | None,
+        waits_offline: bool = False,
     ) -> None:
         self.session = session
+        # A fixed partition refuses writes only while it has no primary ("offline": no in-sync
+        # replica alive); it comes back with its data, so its producer resends until the deadline.
+        self.waits_offline = waits_offline
         self.partition = partition
         self.producer_id = producer_id
         self.pid = pid  # idempotence: (pid, sequence) lets the MM store a resent batch once
@@ -162,7 +166,8 @@ class Sender:
                     self._after_ack[result] = (frame, size, deadline, delay)
                     loop.call_later(MAX_RETRY_S, self._resend_waiting, result)
                     return
-                if exc.code in RETRIABLE and loop.time() + delay < deadline:
+                offline = exc.code == ErrorCode.PARTITION_NOT_WRITABLE and self.waits_offline
+                if (exc.code in RETRIABLE or offline) and loop.time() + delay < deadline:
                     # e.g. the MM restarted or the partition moved to a new primary: resend; the
                     # MM drops what it already stored, and later batches wait their turn.
                     retry = min(delay * 2, MAX_RETRY_S)
