@@ -57,3 +57,36 @@ async def test_fixed_producer_waits_for_its_offline_partition(single_copy: Local
             got.append(msg.value.decode())
             consumer.ack(msg)
     assert got == [f"m-{i}" for i in range(40)]
+
+
+@pytest.fixture
+def single_mm_on_demand(tmp_path: Path) -> Iterator[LocalCluster]:
+    with LocalCluster(tmp_path, mms=1, cms=1, replicas=1, fixed=0, on_demand_per_mm=1) as cluster:
+        yield cluster
+
+
+async def test_on_demand_producer_waits_for_a_writable_partition(single_mm_on_demand: LocalCluster) -> None:
+    """The on-demand move finds no writable on-demand partition while the only MM is down: it asks
+    again until one exists (its delivery timeout), instead of failing with UNKNOWN_PARTITION."""
+    cluster = single_mm_on_demand
+    async with await Producer.connect(cluster.bootstrap, delivery_timeout=90.0) as producer:
+        for i in range(20):
+            await producer.send(DEST, f"m-{i}".encode())
+        cluster.kill_mm("mm-0")
+        gone = lambda: all(p.primary is None or not p.writable for p in cluster.table().values())  # noqa: E731
+        await asyncio.to_thread(cluster.wait_until, gone, 60, "no writable on-demand partition")
+        pending = asyncio.ensure_future(producer.send(DEST, b"m-20"))
+        await asyncio.sleep(2.0)
+        assert not pending.done() or pending.exception() is None, pending.exception()
+        await asyncio.to_thread(cluster.start_mm, "mm-0")
+        await asyncio.wait_for(pending, 80)
+        for i in range(21, 40):
+            await producer.send(DEST, f"m-{i}".encode())
+    got: list[str] = []
+    async with await Consumer.connect(cluster.bootstrap, DEST) as consumer:
+        while len(got) < 40:
+            msg = await consumer.receive(timeout=30)
+            assert isinstance(msg, Message)
+            got.append(msg.value.decode())
+            consumer.ack(msg)
+    assert sorted(got, key=lambda v: int(v[2:])) == [f"m-{i}" for i in range(40)]
