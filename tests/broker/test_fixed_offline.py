@@ -24,6 +24,18 @@ from hybridmq.local.runner import LocalCluster
 DEST = "queue:fixed.offline"
 
 
+async def read_back(cluster: LocalCluster, count: int) -> list[str]:
+    """What a queue consumer gets: ``count`` messages, acknowledged."""
+    got: list[str] = []
+    async with await Consumer.connect(cluster.bootstrap, DEST) as consumer:
+        while len(got) < count:
+            msg = await consumer.receive(timeout=30)
+            assert isinstance(msg, Message)
+            got.append(msg.value.decode())
+            consumer.ack(msg)
+    return got
+
+
 @pytest.fixture
 def single_copy(tmp_path: Path) -> Iterator[LocalCluster]:
     with LocalCluster(tmp_path, mms=1, cms=1, replicas=1, fixed=1, on_demand_per_mm=0) as cluster:
@@ -49,13 +61,7 @@ async def test_fixed_producer_waits_for_its_offline_partition(single_copy: Local
         await asyncio.wait_for(pending, 80)
         for i in range(21, 40):
             await producer.send(DEST, f"m-{i}".encode(), key="k")
-    got: list[str] = []
-    async with await Consumer.connect(cluster.bootstrap, DEST) as consumer:
-        while len(got) < 40:
-            msg = await consumer.receive(timeout=30)
-            assert isinstance(msg, Message)
-            got.append(msg.value.decode())
-            consumer.ack(msg)
+    got = await read_back(cluster, 40)
     assert got == [f"m-{i}" for i in range(40)]
 
 
@@ -82,11 +88,5 @@ async def test_on_demand_producer_waits_for_a_writable_partition(single_mm_on_de
         await asyncio.wait_for(pending, 80)
         for i in range(21, 40):
             await producer.send(DEST, f"m-{i}".encode())
-    got: list[str] = []
-    async with await Consumer.connect(cluster.bootstrap, DEST) as consumer:
-        while len(got) < 40:
-            msg = await consumer.receive(timeout=30)
-            assert isinstance(msg, Message)
-            got.append(msg.value.decode())
-            consumer.ack(msg)
+    got = await read_back(cluster, 40)
     assert sorted(got, key=lambda v: int(v[2:])) == [f"m-{i}" for i in range(40)]
