@@ -21,12 +21,20 @@
 #   WARMUP_SECONDS=10         load before the kill   AUDIT_LOCAL_PORT=(free)    port-forward to a CM
 #   SKIP_BUILD=1              reuse loaded images    DELETE_CLUSTER=1           delete the cluster at the end
 #   FAILURE=pod               what fails: pod (delete the primary MM's pod) or node (`docker stop` the
-#                             kind node running it; started again at the end)
+#                             worker holding the most primaries once the cluster is settled, ties: the
+#                             leading operator's; the producers run on the control-plane node; the
+#                             worker is started again at the end; see hack/kind/node_loss.py)
+#   LEASE_SECONDS=1           the MMs' lease (failureDetection.leaseDurationSeconds): a lost MM is
+#                             noticed after it; on a machine loaded far beyond its cores a longer
+#                             one keeps starved MMs from losing it (and failing over) again and again
 #   AUDIT_REPORT=$TMPDIR/hybridmq-demo-audit.json    the audit's JSON report
 # The last line printed is the audit's verdict (verdict=PASS ... or verdict=FAIL ...) followed by the
-# failover times: status_updated_s (pod deleted -> the partition's status names a new primary at a new
-# epoch) and producers_resumed_s (pod deleted -> the partition's reported log end grows again). The
-# exit status is 0 only on PASS.
+# failover times. FAILURE=pod: status_updated_s (pod deleted -> the partition's status names a new
+# primary at a new epoch) and producers_resumed_s (pod deleted -> the partition's reported log end
+# grows again). FAILURE=node: status_updated_s (node stopped -> every partition whose primary was
+# there names a new primary at a new epoch) and producers_resumed_s (node stopped -> every producer
+# acknowledged again, from the acknowledgement times the producers log). The exit status is 0 only
+# on PASS.
 set -euo pipefail
 
 CLUSTER_NAME="${CLUSTER_NAME:-hybridmq}"
@@ -41,6 +49,7 @@ WATCH_SECONDS="${WATCH_SECONDS:-30}"
 WARMUP_SECONDS="${WARMUP_SECONDS:-10}"
 SKIP_BUILD="${SKIP_BUILD:-0}"
 FAILURE="${FAILURE:-pod}"
+LEASE_SECONDS="${LEASE_SECONDS:-1}"
 DELETE_CLUSTER="${DELETE_CLUSTER:-0}"
 CM_PORT=7400 # the operator's CM client port (hybridmq_operator.names.CM_CLIENT_PORT)
 
@@ -81,10 +90,11 @@ cleanup() {
   for pid in "${background_pids[@]+"${background_pids[@]}"}"; do
     kill "${pid}" 2>/dev/null || true
   done
-  rm -rf "${workdir}"
-  if [[ -n "${stopped_node}" ]]; then
-    docker start "${stopped_node}" >/dev/null || true
+  # The stopped node (written before its docker stop) runs again.
+  if [[ -s "${workdir}/stopped-node" ]]; then
+    docker start "$(cat "${workdir}/stopped-node")" >/dev/null || true
   fi
+  rm -rf "${workdir}"
   if [[ "${DELETE_CLUSTER}" == 1 ]]; then
     hack/kind/cluster.sh down || true
   fi
@@ -150,6 +160,8 @@ spec:
     replicas: 3
     storage:
       size: 1Gi
+  failureDetection:
+    leaseDurationSeconds: ${LEASE_SECONDS}
   partitions:
     fixed:
       count: 3
@@ -164,25 +176,12 @@ k -n "${NAMESPACE}" get hpart
 
 # --- 5. load ----------------------------------------------------------------------------------------
 step "load: a fixed and an on-demand producer, ${MESSAGES} messages each at about ${RATE}/s"
-# The producers read numbered lines from stdin (hybridmq produce sends each line as a message).
-# A queue keeps its records until they are consumed, so the audit reads every one of them (a topic
-# without subscribers keeps none, and its audit would check nothing).
-load_script="$(
-  cat <<'SH'
-#!/bin/sh
-# load.sh PARTITION_TYPE: MESSAGES numbered messages to queue:demo, a pause of PAUSE s every 50.
-set -eu
-i=0
-while [ "${i}" -lt "${MESSAGES}" ]; do
-  i=$((i + 1))
-  echo "demo-$1-${i}"
-  [ $((i % 50)) -ne 0 ] || sleep "${PAUSE}"
-done | hybridmq produce queue:demo --partition-type "$1" --key "demo-$1"
-SH
-)"
+# The producers (hack/kind/load.py, in a ConfigMap) await each message and log its
+# acknowledgement's time. A queue keeps its records until they are consumed, so the audit reads
+# every one of them (a topic without subscribers keeps none, and its audit would check nothing).
 pause="$(awk -v rate="${RATE}" 'BEGIN { printf "%.3f", 50 / rate }')"
 k -n "${NAMESPACE}" delete job "${LOAD_JOB}" --ignore-not-found --wait
-k -n "${NAMESPACE}" create configmap "${LOAD_JOB}" --from-literal=load.sh="${load_script}" \
+k -n "${NAMESPACE}" create configmap "${LOAD_JOB}" --from-file=load.py=hack/kind/load.py \
   --dry-run=client -o yaml | k apply -f -
 containers=""
 for type in fixed on-demand; do
@@ -191,7 +190,7 @@ for type in fixed on-demand; do
         - name: ${type}
           image: ${BROKER_IMAGE}
           imagePullPolicy: IfNotPresent
-          command: ["/bin/sh", "/load/load.sh", "${type}"]
+          command: ["python", "/load/load.py", "${type}"]
           env:
             - {name: HYBRIDMQ_BOOTSTRAP, value: "${BOOTSTRAP}"}
             - {name: HYBRIDMQ_TLS_CA, value: /ca/ca.crt}
@@ -208,6 +207,21 @@ for type in fixed on-demand; do
 CONTAINER
   )"$'\n'
 done
+# With FAILURE=node the producers run on the control-plane node: any worker may then be stopped,
+# and the producers (the clients, outside the failure) must all be acknowledged again.
+placement=""
+if [[ "${FAILURE}" == node ]]; then
+  placement="$(
+    cat <<'PLACEMENT'
+      nodeSelector: {node-role.kubernetes.io/control-plane: ""}
+      tolerations:
+        - {key: node-role.kubernetes.io/control-plane, operator: Exists, effect: NoSchedule}
+PLACEMENT
+  )"
+  info "FAILURE=node: waiting until the cluster is settled (replicas in sync, primaries balanced)"
+  python3 hack/kind/node_loss.py settle --context "${context}" --namespace "${NAMESPACE}" \
+    --cluster "${BROKER_CLUSTER}" || die "the cluster did not settle"
+fi
 k apply -f - <<YAML
 apiVersion: batch/v1
 kind: Job
@@ -223,6 +237,7 @@ spec:
     spec:
       restartPolicy: Never
       automountServiceAccountToken: false
+${placement}
       securityContext:
         runAsNonRoot: true
         runAsUser: 10001
@@ -248,82 +263,80 @@ sleep "${WARMUP_SECONDS}"
 k -n "${NAMESPACE}" get hpart
 
 # --- 6. failover ------------------------------------------------------------------------------------
-# The fixed partition the producer writes to (the longest log), among those whose primary MM may
-# fail: with FAILURE=node, one sharing its node with neither the producers nor the operator (a node
-# failure must take down neither the load nor the one operator that fails over; a standby operator
-# takes over only once the dead one's peering record expires).
-load_node="$(k -n "${NAMESPACE}" get pod -l "job-name=${LOAD_JOB}" -o jsonpath='{.items[0].spec.nodeName}')"
-operator_node="$(k -n "${OPERATOR_NAMESPACE}" get pod -l app.kubernetes.io/instance="${RELEASE}" \
-  --field-selector=status.phase=Running -o jsonpath='{.items[0].spec.nodeName}')"
-partition=""
-longest=-1
-for candidate in $(k -n "${NAMESPACE}" get hpart -o jsonpath='{range .items[?(@.spec.type=="fixed")]}{.metadata.name}{" "}{end}'); do
-  candidate_primary="$(k -n "${NAMESPACE}" get hpart "${candidate}" -o jsonpath='{.status.primary}')"
-  [[ -n "${candidate_primary}" ]] || continue
-  candidate_node="$(k -n "${NAMESPACE}" get pod "${candidate_primary}" -o jsonpath='{.spec.nodeName}')"
-  if [[ "${FAILURE}" == node ]]; then
-    [[ "${candidate_node}" != "${load_node}" && "${candidate_node}" != "${operator_node}" ]] || continue
-  fi
-  candidate_end="$(k -n "${NAMESPACE}" get hpart "${candidate}" -o jsonpath='{.status.logEndOffset}')"
-  if ((${candidate_end:-0} > longest)); then
-    partition="${candidate}"
-    longest="${candidate_end:-0}"
-  fi
-done
-[[ -n "${partition}" ]] ||
-  die "no fixed partition with a primary away from the producers (${load_node}) and the operator (${operator_node})"
-primary="$(k -n "${NAMESPACE}" get hpart "${partition}" -o jsonpath='{.status.primary}')"
-epoch="$(k -n "${NAMESPACE}" get hpart "${partition}" -o jsonpath='{.status.epoch}')"
-primary_node="$(k -n "${NAMESPACE}" get pod "${primary}" -o jsonpath='{.spec.nodeName}')"
-k -n "${NAMESPACE}" get pods -o wide
-if [[ "${FAILURE}" == node ]]; then
-  step "stop the kind node ${primary_node} running the primary MM of ${partition} (${primary}, epoch ${epoch})"
-else
-  step "delete the primary MM of ${partition}: pod ${primary} on ${primary_node} (epoch ${epoch})"
-fi
-
-info "kubectl get hpart -w (every change of a partition's status is a line):"
-# Background jobs run kubectl itself (not the k function), so that $! is kubectl's PID.
-kubectl --context "${context}" -n "${NAMESPACE}" get hpart --watch-only --output-watch-events &
-watch_pid="$!"
-background_pids+=("${watch_pid}")
-sleep 1
-
-start_ms="$(now_ms)"
-if [[ "${FAILURE}" == node ]]; then
-  stopped_node="${primary_node}"
-  docker stop --time 0 "${primary_node}" >/dev/null
-else
-  k -n "${NAMESPACE}" delete pod "${primary}" --wait=false
-fi
-new_primary="${primary}"
-new_epoch="${epoch}"
-deadline=$((SECONDS + 120))
-while [[ "${new_primary}" == "${primary}" || "${new_epoch}" == "${epoch}" ]]; do
-  ((SECONDS < deadline)) || die "no new primary for ${partition} after 120 s"
-  sleep 0.2
-  new_primary="$(k -n "${NAMESPACE}" get hpart "${partition}" -o jsonpath='{.status.primary}')"
-  new_epoch="$(k -n "${NAMESPACE}" get hpart "${partition}" -o jsonpath='{.status.epoch}')"
-done
-elapsed_ms=$(($(now_ms) - start_ms))
-status_updated_s="$((elapsed_ms / 1000)).$(printf '%03d' $((elapsed_ms % 1000)))"
-# The producers resumed when the partition's log end (as the new primary reports it) grows.
-end_at_failover="$(k -n "${NAMESPACE}" get hpart "${partition}" -o jsonpath='{.status.logEndOffset}')"
+watch_hpart() {
+  info "kubectl get hpart -w (every change of a partition's status is a line):"
+  # Background jobs run kubectl itself (not the k function), so that $! is kubectl's PID.
+  kubectl --context "${context}" -n "${NAMESPACE}" get hpart --watch-only --output-watch-events &
+  watch_pid="$!"
+  background_pids+=("${watch_pid}")
+  sleep 1
+}
+value_of() { grep -o "$1=[^ ]*" "$2" | tail -n 1 | cut -d= -f2; }
 producers_resumed_s=none
-while ((SECONDS < deadline)); do
-  # Finished producers cannot resume: the load must outlast the failover (MESSAGES / RATE seconds).
-  [[ -z "$(k -n "${NAMESPACE}" get job "${LOAD_JOB}" -o jsonpath='{.status.completionTime}')" ]] || break
-  end_now="$(k -n "${NAMESPACE}" get hpart "${partition}" -o jsonpath='{.status.logEndOffset}')"
-  if [[ -n "${end_now}" && "${end_now}" -gt "${end_at_failover:-0}" ]]; then
-    resumed_ms=$(($(now_ms) - start_ms))
-    producers_resumed_s="$((resumed_ms / 1000)).$(printf '%03d' $((resumed_ms % 1000)))"
-    break
-  fi
-  sleep 0.2
-done
-info "producers resumed on ${partition} (its log end grew) ${producers_resumed_s} s after the ${FAILURE} failure"
-info "failover: ${partition} primary ${primary} -> ${new_primary}, epoch ${epoch} -> ${new_epoch}," \
-  "seen ${status_updated_s} s after the ${FAILURE} failure"
+if [[ "${FAILURE}" == node ]]; then
+  # The worker holding the most fixed primaries once the cluster is settled (no balancing move in
+  # flight), ties: the one running the leading operator (hack/kind/node_loss.py); the demo waits
+  # until every partition whose primary was there has a new one.
+  k -n "${NAMESPACE}" get pods -o wide
+  step "stop the kind node holding the most primaries of ${BROKER_CLUSTER} (docker stop)"
+  watch_hpart
+  python3 hack/kind/node_loss.py stop --context "${context}" --namespace "${NAMESPACE}" \
+    --cluster "${BROKER_CLUSTER}" --operator-namespace "${OPERATOR_NAMESPACE}" --release "${RELEASE}" \
+    --load-job "${LOAD_JOB}" --stopped-file "${workdir}/stopped-node" | tee "${workdir}/node-loss.log" ||
+    die "node loss: $(tail -n 3 "${workdir}/node-loss.log")"
+  stopped_node="$(cat "${workdir}/stopped-node")"
+  start_ms="$(value_of stop_ms "${workdir}/node-loss.log")"
+  status_updated_s="$(value_of partitions_failed_over_s "${workdir}/node-loss.log")"
+  info "every partition whose primary was on ${stopped_node} has a new one ${status_updated_s} s after the stop"
+else
+  # The fixed partition the producer writes to (the longest log).
+  partition=""
+  longest=-1
+  for candidate in $(k -n "${NAMESPACE}" get hpart -o jsonpath='{range .items[?(@.spec.type=="fixed")]}{.metadata.name}{" "}{end}'); do
+    [[ -n "$(k -n "${NAMESPACE}" get hpart "${candidate}" -o jsonpath='{.status.primary}')" ]] || continue
+    candidate_end="$(k -n "${NAMESPACE}" get hpart "${candidate}" -o jsonpath='{.status.logEndOffset}')"
+    if ((${candidate_end:-0} > longest)); then
+      partition="${candidate}"
+      longest="${candidate_end:-0}"
+    fi
+  done
+  [[ -n "${partition}" ]] || die "no fixed partition with a primary"
+  primary="$(k -n "${NAMESPACE}" get hpart "${partition}" -o jsonpath='{.status.primary}')"
+  epoch="$(k -n "${NAMESPACE}" get hpart "${partition}" -o jsonpath='{.status.epoch}')"
+  primary_node="$(k -n "${NAMESPACE}" get pod "${primary}" -o jsonpath='{.spec.nodeName}')"
+  k -n "${NAMESPACE}" get pods -o wide
+  step "delete the primary MM of ${partition}: pod ${primary} on ${primary_node} (epoch ${epoch})"
+  watch_hpart
+  start_ms="$(now_ms)"
+  k -n "${NAMESPACE}" delete pod "${primary}" --wait=false
+  new_primary="${primary}"
+  new_epoch="${epoch}"
+  deadline=$((SECONDS + 120))
+  while [[ "${new_primary}" == "${primary}" || "${new_epoch}" == "${epoch}" ]]; do
+    ((SECONDS < deadline)) || die "no new primary for ${partition} after 120 s"
+    sleep 0.2
+    new_primary="$(k -n "${NAMESPACE}" get hpart "${partition}" -o jsonpath='{.status.primary}')"
+    new_epoch="$(k -n "${NAMESPACE}" get hpart "${partition}" -o jsonpath='{.status.epoch}')"
+  done
+  elapsed_ms=$(($(now_ms) - start_ms))
+  status_updated_s="$((elapsed_ms / 1000)).$(printf '%03d' $((elapsed_ms % 1000)))"
+  # The producers resumed when the partition's log end (as the new primary reports it) grows.
+  end_at_failover="$(k -n "${NAMESPACE}" get hpart "${partition}" -o jsonpath='{.status.logEndOffset}')"
+  while ((SECONDS < deadline)); do
+    # Finished producers cannot resume: the load must outlast the failover (MESSAGES / RATE seconds).
+    [[ -z "$(k -n "${NAMESPACE}" get job "${LOAD_JOB}" -o jsonpath='{.status.completionTime}')" ]] || break
+    end_now="$(k -n "${NAMESPACE}" get hpart "${partition}" -o jsonpath='{.status.logEndOffset}')"
+    if [[ -n "${end_now}" && "${end_now}" -gt "${end_at_failover:-0}" ]]; then
+      resumed_ms=$(($(now_ms) - start_ms))
+      producers_resumed_s="$((resumed_ms / 1000)).$(printf '%03d' $((resumed_ms % 1000)))"
+      break
+    fi
+    sleep 0.2
+  done
+  info "producers resumed on ${partition} (its log end grew) ${producers_resumed_s} s after the pod deletion"
+  info "failover: ${partition} primary ${primary} -> ${new_primary}, epoch ${epoch} -> ${new_epoch}," \
+    "seen ${status_updated_s} s after the pod deletion"
+fi
 info "watching for ${WATCH_SECONDS} s more (the replacement backup, the on-demand drain and its garbage collection)"
 sleep "${WATCH_SECONDS}"
 kill "${watch_pid}" 2>/dev/null || true
@@ -334,11 +347,28 @@ k -n "${NAMESPACE}" get events --field-selector involvedObject.kind=Partition --
 
 # --- 7. audit ---------------------------------------------------------------------------------------
 step "wait for the producers to finish"
-if ! k -n "${NAMESPACE}" wait "job/${LOAD_JOB}" --for=condition=Complete --timeout=15m; then
+# Complete, or Failed (a producer gave up: no point waiting out the 15 minutes).
+job_state=""
+deadline=$((SECONDS + 900))
+while [[ -z "${job_state}" ]] && ((SECONDS < deadline)); do
+  job_state="$(k -n "${NAMESPACE}" get job "${LOAD_JOB}" \
+    -o jsonpath='{.status.conditions[?(@.status=="True")].type}' | grep -oE 'Complete|Failed' || true)"
+  [[ -n "${job_state}" ]] || sleep 2
+done
+if [[ "${job_state}" != Complete ]]; then
   k -n "${NAMESPACE}" logs "job/${LOAD_JOB}" --all-containers --tail=50 || true
-  die "the load job did not complete"
+  die "the load job did not complete (${job_state:-still running after 15 min})"
 fi
 k -n "${NAMESPACE}" logs "job/${LOAD_JOB}" --all-containers --tail=5 --prefix || true
+if [[ "${FAILURE}" == node ]]; then
+  # Every producer acknowledged again after the stop: its first acknowledgement logged after it.
+  for type in fixed on-demand; do
+    k -n "${NAMESPACE}" logs "job/${LOAD_JOB}" -c "${type}" >"${workdir}/${type}"
+  done
+  python3 hack/kind/node_loss.py acks --since-ms "${start_ms}" "${workdir}/fixed" "${workdir}/on-demand" |
+    tee "${workdir}/acks.log" || die "a producer was not acknowledged after the node stopped"
+  producers_resumed_s="$(value_of producers_acked_s "${workdir}/acks.log")"
+fi
 
 step "audit: per-producer order in fixed partitions, no acknowledged message lost, no duplicate"
 # `python -m hybridmq.spark.audit` is `hybridmq audit`: a PySpark job, run from the project's venv

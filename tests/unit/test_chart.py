@@ -71,7 +71,7 @@ def chart_meta() -> dict[str, Any]:
     [
         [],
         ["sampleCluster.enabled=true"],
-        ["operator.watchNamespaces={team-a,team-b}", "peering.enabled=false"],
+        ["operator.watchNamespaces={team-a,team-b}", "peering.enabled=false", "operator.replicas=1"],
     ],
     ids=["default", "sample-cluster", "namespaced"],
 )
@@ -195,7 +195,39 @@ def _container(deployment: Manifest) -> dict[str, Any]:
 
 def test_deployment_recreate_strategy(deployment: Manifest) -> None:
     assert deployment["spec"]["strategy"] == {"type": "Recreate"}
-    assert deployment["spec"]["replicas"] == 1
+
+
+def test_two_operators_prefer_different_nodes(deployment: Manifest) -> None:
+    """A node loss never takes the only operator: two replicas (one works, one stands by through
+    Kopf peering), each preferring a node without the other."""
+    assert deployment["spec"]["replicas"] == 2
+    assert "--peering=rel-hybridmq" in _container(deployment)["args"]
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    terms = deployment["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"][
+        "preferredDuringSchedulingIgnoredDuringExecution"
+    ]
+    assert [t["podAffinityTerm"]["topologyKey"] for t in terms] == ["kubernetes.io/hostname"]
+    selector = terms[0]["podAffinityTerm"]["labelSelector"]["matchLabels"]
+    assert selector.items() <= pod_labels.items() and "app.kubernetes.io/component" in selector
+    # An affinity of one's own replaces it.
+    custom = only(
+        render(
+            "operator.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+            ".nodeSelectorTerms[0].matchExpressions[0].key=pool",
+            "operator.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+            ".nodeSelectorTerms[0].matchExpressions[0].operator=Exists",
+        ),
+        "Deployment",
+    )
+    assert set(custom["spec"]["template"]["spec"]["affinity"]) == {"nodeAffinity"}
+
+
+def test_standalone_operators_cannot_be_replicated() -> None:
+    """Without peering every replica would act: refused with a message saying what to set."""
+    done = helm("template", "rel", str(CHART), "--set", "peering.enabled=false", check=False)
+    assert done.returncode != 0
+    assert "operator.replicas > 1 needs peering.enabled=true" in done.stderr
+    assert only(render("peering.enabled=false", "operator.replicas=1"), "Deployment")["spec"]["replicas"] == 1
 
 
 def test_deployment_liveness_probe_hits_kopf_liveness_endpoint(deployment: Manifest) -> None:
@@ -253,7 +285,15 @@ def test_deployment_env_and_args(deployment: Manifest) -> None:
 
 @pytest.mark.parametrize(
     "sets",
-    [[], ["operator.watchNamespaces={team-a,team-b}", "peering.enabled=false", "operator.logLevel=debug"]],
+    [
+        [],
+        [
+            "operator.watchNamespaces={team-a,team-b}",
+            "peering.enabled=false",
+            "operator.replicas=1",
+            "operator.logLevel=debug",
+        ],
+    ],
     ids=["default", "namespaced"],
 )
 def test_deployment_args_parse_with_the_operator_cli(sets: list[str]) -> None:
@@ -275,7 +315,9 @@ def test_deployment_args_parse_with_the_operator_cli(sets: list[str]) -> None:
 
 
 def test_deployment_namespaced_and_standalone() -> None:
-    manifests = render("operator.watchNamespaces={team-a,team-b}", "peering.enabled=false")
+    manifests = render(
+        "operator.watchNamespaces={team-a,team-b}", "peering.enabled=false", "operator.replicas=1"
+    )
     args = _container(only(manifests, "Deployment"))["args"]
     assert "--namespace=team-a" in args and "--namespace=team-b" in args
     assert "--standalone" in args and "--all-namespaces" not in args

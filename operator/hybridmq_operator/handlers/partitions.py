@@ -21,7 +21,7 @@ import kopf
 
 from hybridmq.api.resources import FailoverRecord
 from hybridmq.planner import DeletePartition, Plan, ReleaseFinalizer, plan
-from hybridmq_operator import failover_history, incarnations, kube, metrics, names, observe
+from hybridmq_operator import failover_history, incarnations, index_sync, kube, metrics, names, observe
 from hybridmq_operator.apply import Outcome, apply_plan, writer_pool
 from hybridmq_operator.handlers import indexes
 from hybridmq_operator.handlers.scale_down import reconcile_scale_down
@@ -309,7 +309,21 @@ async def reconcile_partitions(
     )
     rec = Reconciler(name, namespace)
     wake = indexes.wakeup((namespace, name))
+    key = (namespace, name)
+
+    def indexed() -> dict[str, frozenset[str]]:
+        return {
+            kind: frozenset(str(b["metadata"]["name"]) for b in indexes.values(index, key))
+            for kind, index in (
+                ("pods", broker_pods),
+                ("leases", mm_leases),
+                ("partitions", cluster_partitions),
+            )
+        }
+
     try:
+        # After a peering pause Kopf re-lists while this daemon starts: never plan on half a view.
+        await index_sync.wait_until_indexed(namespace, name, indexed, logger)
         await _loop(rec, body, stopped, logger, broker_pods, mm_leases, cluster_partitions, wake)
     finally:
         rec.pool.shutdown(wait=False)

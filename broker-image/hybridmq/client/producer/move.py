@@ -13,9 +13,10 @@ import logging
 from typing import Any
 
 from hybridmq.api.assignment import PartitionType
-from hybridmq.api.frames import FrameType
+from hybridmq.api.frames import ErrorCode, FrameType
 from hybridmq.client.connection import raise_remote
-from hybridmq.client.producer.sender import Refused, Sender
+from hybridmq.client.producer.sender import MAX_RETRY_S, Refused, Sender
+from hybridmq.protocol import RemoteError
 
 log = logging.getLogger(__name__)
 
@@ -49,11 +50,20 @@ class OnDemandMove:
         replicated with the log - and complete those as acknowledged; resend only the rest, in
         their original order, then the batches held back meanwhile. Exactly once, order kept."""
         sender = self.sender
+        loop = asyncio.get_running_loop()
+        delay = PACE_S
         try:
             while self._parked.get(old):
                 try:
                     await self._round(old)
                 except Exception as exc:
+                    deadline = min((item[3] for item in self._parked.get(old) or ()), default=0.0)
+                    if _none_writable(exc) and old == sender.partition and loop.time() + delay < deadline:
+                        # Every on-demand partition is offline or draining (their MMs lost): one is
+                        # writable again once an MM is back; ask again until the batches' deadline.
+                        await asyncio.sleep(delay)
+                        delay = min(delay * 2, MAX_RETRY_S)
+                        continue
                     sender.release_held()
                     for frame, result, size, _ in self._parked.pop(old, []):
                         sender.finish(frame, result, size, raise_remote(exc))
@@ -144,3 +154,8 @@ class OnDemandMove:
                 )
                 return None
             await asyncio.sleep(0.1)
+
+
+def _none_writable(exc: BaseException) -> bool:
+    """The CM found no writable on-demand partition to move to (not: this producer is refused)."""
+    return isinstance(exc, RemoteError) and exc.code == ErrorCode.UNKNOWN_PARTITION

@@ -1,0 +1,100 @@
+"""The kind demo's node-loss choices (hack/kind/node_loss.py), without a cluster."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+SCRIPT = Path(__file__).resolve().parents[2] / "hack" / "kind" / "node_loss.py"
+
+
+def _load() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("kind_node_loss", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+node_loss = _load()
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def part(
+    name: str, ptype: str, primary: str, in_sync: list[str] | None = None, **status: Any
+) -> dict[str, Any]:
+    replicas = [primary, *(r for r in (in_sync or []) if r != primary)]
+    st = {"state": "Active", "primary": primary, "replicas": replicas, "inSync": replicas, "epoch": 1}
+    st["reportedEpoch"] = 1
+    st.update(status)
+    return {"metadata": {"name": name}, "spec": {"type": ptype, "replicas": len(replicas)}, "status": st}
+
+
+def mm(name: str, ready: bool = True) -> dict[str, Any]:
+    cond = {"type": "Ready", "status": "True" if ready else "False"}
+    return {"metadata": {"name": name}, "status": {"conditions": [cond]}}
+
+
+CLUSTER = {"spec": {"messageManagers": {"replicas": 3}}}
+
+
+def test_settled_needs_ready_mms_replicas_in_sync_reports_and_balance() -> None:
+    mms = [mm("m0"), mm("m1"), mm("m2")]
+    fixed = [
+        part("f0", "fixed", "m0", ["m1"]),
+        part("f1", "fixed", "m1", ["m2"]),
+        part("f2", "fixed", "m2", ["m0"]),
+    ]
+    assert node_loss.unsettled(CLUSTER, fixed, mms) == ""
+    assert "2 of 3 MMs Ready" in node_loss.unsettled(CLUSTER, fixed, [*mms[:2], mm("m2", ready=False)])
+    behind = [fixed[0], fixed[1], part("f2", "fixed", "m2", ["m0"], inSync=["m2"])]
+    assert "in sync" in node_loss.unsettled(CLUSTER, behind, mms)
+    unreported = [fixed[0], fixed[1], part("f2", "fixed", "m2", ["m0"], reportedEpoch=0)]
+    assert "reported 0" in node_loss.unsettled(CLUSTER, unreported, mms)
+    piled = [
+        part("f0", "fixed", "m0", ["m1"]),
+        part("f1", "fixed", "m0", ["m2"]),
+        part("f2", "fixed", "m2", ["m0"]),
+    ]
+    assert "not balanced" in node_loss.unsettled(CLUSTER, piled, mms)
+
+
+def test_the_node_with_most_fixed_primaries_ties_to_the_leading_operator() -> None:
+    node_of = {"m0": "w1", "m1": "w2", "m2": "w3"}
+    parts = [
+        part("f0", "fixed", "m0"),
+        part("f1", "fixed", "m1"),
+        part("f2", "fixed", "m1"),
+        part("o0", "on-demand", "m0"),
+        part("o2", "on-demand", "m2"),
+    ]
+    counts = node_loss.primaries_by_node(parts, node_of)
+    assert counts == {"w1": (1, 2), "w2": (2, 2), "w3": (0, 1)}
+    assert node_loss.choose_node(counts, operator_node="w1") == "w2"  # most fixed primaries first
+    tied = {"w1": (1, 1), "w2": (1, 2), "w3": (1, 1)}
+    assert node_loss.choose_node(tied, operator_node="w3") == "w3"
+    assert node_loss.choose_node(tied, operator_node=None) == "w2"  # then most primaries
+
+
+def test_leading_operator_is_the_live_record_with_the_highest_priority() -> None:
+    def record(priority: int, seen_ago: float) -> dict[str, Any]:
+        return {
+            "priority": priority,
+            "lifetime": 15,
+            "lastseen": (NOW - timedelta(seconds=seen_ago)).isoformat(),
+        }
+
+    peering = {"status": {"a": record(10, 1), "b": record(20, 2), "dead": record(99, 60)}}
+    assert node_loss.leading_operator(peering, NOW) == "b"
+    assert node_loss.leading_operator({"status": {}}, NOW) is None
+
+
+def test_first_ack_after_the_stop() -> None:
+    log = ["acked 1 1000", "acked 2 1990", "noise", "acked 3 2500", "sent 3"]
+    assert node_loss.first_acks(log, 2000) == 2500
+    assert node_loss.first_acks(log, 3000) is None
