@@ -195,7 +195,8 @@ def parse_partition(body: Body) -> Partition | None:
 
 
 class PartitionCache:
-    """Parsed Partitions by (name, resourceVersion): a round re-parses only what changed."""
+    """Parsed Partitions by (name, resourceVersion, epoch): a round re-parses only what changed
+    (the epoch too: a body seen through the assignment map keeps its resourceVersion)."""
 
     def __init__(self) -> None:
         self._items: dict[str, tuple[str, Partition | None]] = {}
@@ -206,6 +207,8 @@ class PartitionCache:
         for body in bodies:
             meta = _meta(body)
             name, rv = str(meta.get("name")), str(meta.get("resourceVersion") or "")
+            if rv:
+                rv += f"/{(body.get('status') or {}).get('epoch')}"
             seen.add(name)
             cached = self._items.get(name)
             if cached is None or cached[0] != rv or not rv:
