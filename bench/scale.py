@@ -81,22 +81,29 @@ def operator_rss_mb(op: OperatorProcess) -> float:
     return float(psutil.Process(op.proc.pid).memory_info().rss) / 2**20
 
 
-def cluster_body(partitions: int, mms: int, cms: int, min_in_sync: int, tls: bool) -> dict[str, Any]:
+def cluster_body(
+    partitions: int, mms: int, cms: int, min_in_sync: int, tls: bool, lease_s: int
+) -> dict[str, Any]:
     body = sample_cluster(NAME, "", mms=mms, cms=cms, fixed=partitions)
     spec = body["spec"]
     spec["partitions"]["fixed"]["minInSync"] = min_in_sync
     spec["partitions"]["onDemand"]["perMessageManager"] = 0
     spec["tls"] = {"enabled": tls}
+    # The kill is seen from the pod (its container terminated), not from the Lease: a long lease
+    # keeps a loaded shared machine from failing over MMs that are only slow to renew.
+    spec["failureDetection"] = {"leaseDurationSeconds": lease_s, "renewIntervalMilliseconds": 1000}
     return body
 
 
-def fixed(kube: Kube) -> list[dict[str, Any]]:
-    return [p for p in kube.partitions() if p["spec"]["type"] == "fixed" and p["spec"]["cluster"] == NAME]
+def fixed(kube: Kube, clusters: tuple[str, ...] = (NAME,)) -> list[dict[str, Any]]:
+    return [p for p in kube.partitions() if p["spec"]["type"] == "fixed" and p["spec"]["cluster"] in clusters]
 
 
-def wait_placed(kube: Kube, partitions: int, replicas: int, timeout: float) -> None:
+def wait_placed(
+    kube: Kube, partitions: int, replicas: int, timeout: float, clusters: tuple[str, ...] = (NAME,)
+) -> None:
     def done() -> bool:
-        parts = fixed(kube)
+        parts = fixed(kube, clusters)
         return len(parts) == partitions and all(
             (p.get("status") or {}).get("primary")
             and len((p.get("status") or {}).get("inSync") or []) >= replicas
@@ -175,7 +182,7 @@ def first_acks(acks: dict[str, list[float]], t0: float) -> dict[str, float | Non
 
 def failover(cluster: LocalCluster, ns: str, args: argparse.Namespace, directory: Path) -> dict[str, Any]:
     kube = Kube(cluster, ns)
-    body = cluster_body(args.partitions, args.mms, 1, args.min_in_sync, args.tls)
+    body = cluster_body(args.partitions, args.mms, 1, args.min_in_sync, args.tls, args.lease_seconds)
     body["metadata"]["namespace"] = ns
     op = OperatorProcess(cluster, ns, broker="real").start()
     try:
@@ -234,6 +241,7 @@ def failover(cluster: LocalCluster, ns: str, args: argparse.Namespace, directory
             "partitions": args.partitions,
             "mms": args.mms,
             "min_in_sync": args.min_in_sync,
+            "lease_s": args.lease_seconds,
             "tls": args.tls,
             "interval_s": args.interval,
             "producer_processes": args.producers,
@@ -258,14 +266,20 @@ def failover(cluster: LocalCluster, ns: str, args: argparse.Namespace, directory
 
 
 def steady(cluster: LocalCluster, ns: str, args: argparse.Namespace) -> dict[str, Any]:
+    """``--partitions`` over as many BrokerClusters as the CRD's 1,000 fixed partitions each need."""
     kube = Kube(cluster, ns)
-    body = cluster_body(args.partitions, args.mms, 1, args.min_in_sync, args.tls)
-    body["metadata"]["namespace"] = ns
+    count = -(-args.partitions // 1000)
+    names = tuple(f"{NAME}{i}" for i in range(count))
     op = OperatorProcess(cluster, ns).start()
     try:
         t_create = time.monotonic()
-        kube.create(body)
-        wait_placed(kube, args.partitions, 1, args.place_timeout)
+        for name in names:
+            body = cluster_body(
+                args.partitions // count, args.mms, 0, args.min_in_sync, args.tls, args.lease_seconds
+            )
+            body["metadata"].update(name=name, namespace=ns)
+            kube.create(body)
+        wait_placed(kube, args.partitions // count * count, 1, args.place_timeout, names)
         placed_s = time.monotonic() - t_create
         print(f"{args.partitions} partitions placed in {placed_s:.1f}s (load {load()})", flush=True)
         time.sleep(args.warmup)
@@ -280,7 +294,8 @@ def steady(cluster: LocalCluster, ns: str, args: argparse.Namespace) -> dict[str
         return {
             "mode": "steady",
             "broker": os.environ.get("HYBRIDMQ_TEST_BROKER", "stub"),
-            "partitions": args.partitions,
+            "partitions": args.partitions // count * count,
+            "clusters": count,
             "mms": args.mms,
             "placed_s": round(placed_s, 1),
             "seconds": round(t1 - t0, 1),
@@ -302,6 +317,7 @@ def main() -> int:
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between sends per partition")
     parser.add_argument("--min-in-sync", type=int, default=1)
     parser.add_argument("--tls", action="store_true", help="TLS listeners (off: the bench measures failover)")
+    parser.add_argument("--lease-seconds", type=int, default=10, help="failureDetection.leaseDurationSeconds")
     parser.add_argument("--warmup", type=float, default=5.0)
     parser.add_argument("--after", type=float, default=8.0, help="seconds of load after the reassignment")
     parser.add_argument("--place-timeout", type=float, default=1200.0)
