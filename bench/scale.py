@@ -31,6 +31,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -41,6 +42,7 @@ import psutil
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "hack"), str(REPO / "tests/k8s"), str(REPO / "bench")]
 
+from kubernetes import watch  # noqa: E402
 from operator_failover import PrimaryWatch, bench_cluster, percentile  # noqa: E402
 from operator_harness import (  # noqa: E402
     Kube,
@@ -122,6 +124,46 @@ def mm_resources(cluster: LocalCluster, ns: str, mms: list[str]) -> dict[str, di
         proc = psutil.Process(pid)
         out[mm] = {"fds": proc.num_fds(), "rss_mb": round(proc.memory_info().rss / 2**20, 1)}
     return out
+
+
+class MapWatch:
+    """When the assignment map (what the brokers act on) first named every given partition at a
+    higher epoch than given, on another primary."""
+
+    def __init__(self, kube: Kube, epochs: dict[str, int], victim: str) -> None:
+        self.kube, self.epochs, self.victim = kube, epochs, victim
+        self.at: float | None = None
+        self._stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _done(self, obj: Any) -> bool:
+        text = ((obj or {}).get("data") or {}).get("assignments.json") or "{}"
+        parts = json.loads(text).get("partitions") or {}
+        for name, epoch in self.epochs.items():
+            st = (parts.get(name) or {}).get("status") or {}
+            if st.get("epoch", -1) <= epoch or st.get("primary") in (None, self.victim):
+                return False
+        return True
+
+    def _run(self) -> None:
+        w = watch.Watch()
+        while not self._stop.is_set() and self.at is None:
+            # A function without a docstring: the watch hands over the raw objects.
+            for ev in w.stream(self._raw_list, timeout_seconds=30):
+                if self._done(ev["object"]):
+                    self.at = time.monotonic()
+                    return
+                if self._stop.is_set():
+                    return
+
+    def _raw_list(self, **kw: Any) -> Any:
+        return self.kube.core.list_namespaced_config_map(
+            self.kube.namespace, field_selector=f"metadata.name={NAME}-assignments", **kw
+        )
+
+    def stop(self) -> None:
+        self._stop.set()
 
 
 class Producers:
@@ -209,13 +251,14 @@ def failover(cluster: LocalCluster, ns: str, args: argparse.Namespace, directory
             victim = max(led, key=lambda m: len(led[m]))
             epochs = {p["metadata"]["name"]: p["status"]["epoch"] for p in parts}
             resources = mm_resources(cluster, ns, sorted(led))
+            victims = led[victim]
             pw = PrimaryWatch(kube)
+            mw = MapWatch(kube, {n: epochs[n] for n in victims}, victim)
             time.sleep(1.0)
             load_before = load()
             cpu0, req0 = operator_cpu(op), apiserver_requests(cluster)
             t0 = time.monotonic()
             cluster.kill_container(ns, victim, "mm")
-            victims = led[victim]
 
             def moved(seen: dict[str, dict[str, Any]]) -> bool:
                 for n in victims:
@@ -226,7 +269,13 @@ def failover(cluster: LocalCluster, ns: str, args: argparse.Namespace, directory
 
             t1 = pw.wait(moved, 120)
             pw.stop()
-            print(f"{len(victims)} primaries of {victim} reassigned in {t1 - t0:.3f}s", flush=True)
+            mw.stop()
+            t_map = mw.at if mw.at is not None else t1
+            print(
+                f"{len(victims)} primaries of {victim}: in the assignment map after {t_map - t0:.3f}s, "
+                f"in every Partition status after {t1 - t0:.3f}s",
+                flush=True,
+            )
             time.sleep(args.after)
         finally:
             acks = producers.stop()
@@ -248,7 +297,9 @@ def failover(cluster: LocalCluster, ns: str, args: argparse.Namespace, directory
             "placed_s": round(placed_s, 1),
             "victim": victim,
             "victim_partitions": len(victims),
-            "all_primaries_s": round(t1 - t0, 3),
+            # What the brokers act on (the assignment map, or the statuses if that came first).
+            "all_primaries_s": round(min(t_map, t1) - t0, 3),
+            "all_statuses_s": round(t1 - t0, 3),
             "first_ack_p50_s": round(percentile(got, 0.5), 3) if got else None,
             "first_ack_p99_s": round(percentile(got, 0.99), 3) if got else None,
             "first_ack_max_s": round(max(got), 3) if got else None,
