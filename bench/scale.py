@@ -231,8 +231,8 @@ def failover(cluster: LocalCluster, ns: str, args: argparse.Namespace, directory
         t_create = time.monotonic()
         kube.create(body)
         wait_for(lambda: len(kube.ready_pods("mm")) == args.mms or None, 300, "MMs Ready")
-        wait_for(lambda: len(kube.ready_pods("cm")) == 1 or None, 300, "CM Ready")
         wait_placed(kube, args.partitions, 2, args.place_timeout)
+        wait_for(lambda: len(kube.ready_pods("cm")) == 1 or None, 600, "CM Ready")
         placed_s = time.monotonic() - t_create
         print(
             f"{args.partitions} partitions placed and in sync in {placed_s:.1f}s (load {load()})", flush=True
@@ -382,15 +382,16 @@ def main() -> int:
         cluster.create_namespace(ns)
         with tempfile.TemporaryDirectory(prefix="hmq-scale-producers-") as tmp:
             record = steady(cluster, ns, args) if args.steady else failover(cluster, ns, args, Path(tmp))
+        # Kept before the cluster goes: a failing shutdown must not lose the figures.
+        record = {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **record}
+        out = REPO / "bench/results/scale.jsonl"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with out.open("a") as f:
+            f.write(json.dumps(record) + "\n")
     finally:
         cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
         if not existing:
             cluster.down(keep_dir=False)
-    record = {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **record}
-    out = REPO / "bench/results/scale.jsonl"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with out.open("a") as f:
-        f.write(json.dumps(record) + "\n")
     print(json.dumps(record))
     if args.steady:
         print(

@@ -79,7 +79,10 @@ def pod_failure(pod: Body) -> str | None:
         state = cs.get("state") or {}
         if "terminated" in state:
             return "container terminated"
-        if "waiting" in state and int(cs.get("restartCount") or 0) > 0:
+        # Waiting after an exit (restarted before, or its last state says it ended: the first
+        # crash, during its restart back-off): the process that held the partitions is gone.
+        crashed = int(cs.get("restartCount") or 0) > 0 or "terminated" in (cs.get("lastState") or {})
+        if "waiting" in state and crashed:
             return f"container restarting ({state['waiting'].get('reason') or 'waiting'})"
     return None
 
