@@ -91,3 +91,31 @@ async def test_the_figures_still_go_out_every_interval() -> None:
     assert 2 <= len(sent) <= 6 < len(api.patches)
     offsets = [r.partitions["p0"].log_end_offset for r in sent]
     assert offsets == sorted(offsets) and len(set(offsets)) == len(offsets)
+
+
+class SlowLeaseApi(RecordingLeaseApi):
+    """An API server that takes ``delay`` seconds to answer every renewal."""
+
+    def __init__(self, delay: float) -> None:
+        super().__init__()
+        self.delay = delay
+
+    def patch_namespaced_lease(self, name: str, ns: str, body: dict[str, Any], **kw: Any) -> None:
+        import time
+
+        time.sleep(self.delay)
+        super().patch_namespaced_lease(name, ns, body, **kw)
+
+
+async def test_a_slow_api_server_still_renews_a_long_lease() -> None:
+    """Renewals every 0.1 s of a 4 s Lease against an API server that answers in 0.8 s: each one
+    must be allowed to finish (the lease stays valid), not time out behind the previous one."""
+    api = SlowLeaseApi(0.8)
+    lost: list[int] = []
+    renewer = LeaseRenewer(
+        "mm-0", "ns", duration_s=4.0, renew_interval_s=0.1, api=api, on_lost=lambda: lost.append(1)
+    )
+    await renewer.start()
+    await asyncio.sleep(6.0)
+    assert renewer.valid and not lost and renewer.renewals >= 4
+    await renewer.stop()

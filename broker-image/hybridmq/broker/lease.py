@@ -91,7 +91,9 @@ class LeaseRenewer:
         self.report = report
         self.on_lost = on_lost
         self.on_renewed = on_renewed
-        self.request_timeout_s = request_timeout_s or max(0.2, self.renew_interval_s * 2)
+        # A renewal may take up to half the lease: an API server that answers slowly (a loaded
+        # control plane) still renews it, instead of every attempt timing out behind the last one.
+        self.request_timeout_s = request_timeout_s or max(0.2, self.renew_interval_s * 2, self.duration_s / 2)
         self._api = api
         self._deadline = 0.0  # monotonic; the lease is ours until then
         self._held = False
