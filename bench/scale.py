@@ -330,9 +330,11 @@ def steady(cluster: LocalCluster, ns: str, args: argparse.Namespace) -> dict[str
             )
             body["metadata"].update(name=name, namespace=ns)
             kube.create(body)
-        wait_placed(kube, args.partitions // count * count, 1, args.place_timeout, names)
+        wait_placed(kube, args.partitions // count * count, 2, args.place_timeout, names)
         placed_s = time.monotonic() - t_create
-        print(f"{args.partitions} partitions placed in {placed_s:.1f}s (load {load()})", flush=True)
+        print(
+            f"{args.partitions} partitions placed and in sync in {placed_s:.1f}s (load {load()})", flush=True
+        )
         time.sleep(args.warmup)
         load_before = load()
         cpu0, req0, t0 = operator_cpu(op), apiserver_requests(cluster), time.monotonic()
