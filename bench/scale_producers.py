@@ -66,9 +66,14 @@ async def main_async(args: argparse.Namespace, names: list[str]) -> dict[str, li
         )
         if i % 50 == 49:
             await asyncio.sleep(0.05)  # spread the connects
-    await asyncio.gather(*(e.wait() for e in firsts.values()))
-    print("ready", flush=True)
-    await stop.wait()
+    # Ready once every partition had an ack; a stop before that ends the wait too.
+    all_acked = asyncio.ensure_future(asyncio.gather(*(e.wait() for e in firsts.values())))
+    stopped = asyncio.ensure_future(stop.wait())
+    await asyncio.wait({all_acked, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    if all_acked.done():
+        print("ready", flush=True)
+    await stopped
+    all_acked.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
     return acks
 
