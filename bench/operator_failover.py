@@ -205,18 +205,23 @@ def reassign(cluster: LocalCluster, ns: str, partitions: int) -> tuple[int, floa
     return len(led), t1 - t0
 
 
+def bench_cluster(prefix: str) -> tuple[LocalCluster, bool]:
+    """The cluster at ``$LOCALCLUSTER_DIR`` (attached: True), else a new one, started."""
+    existing = os.environ.get("LOCALCLUSTER_DIR")
+    if existing:
+        return LocalCluster.attach(existing), True
+    cluster = LocalCluster(tempfile.mkdtemp(prefix=prefix))
+    cluster.up()
+    return cluster, False
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=10)
     parser.add_argument("--partitions", type=int, default=1000)
     args = parser.parse_args()
 
-    existing = os.environ.get("LOCALCLUSTER_DIR")
-    cluster = (
-        LocalCluster.attach(existing) if existing else LocalCluster(tempfile.mkdtemp(prefix="hmq-bench-"))
-    )
-    if not existing:
-        cluster.up()
+    cluster, existing = bench_cluster("hmq-bench-")
     load_before = _results.load_average()
     ns = f"bench-{uuid.uuid4().hex[:5]}"
     op: OperatorProcess | None = None

@@ -79,7 +79,10 @@ def pod_failure(pod: Body) -> str | None:
         state = cs.get("state") or {}
         if "terminated" in state:
             return "container terminated"
-        if "waiting" in state and int(cs.get("restartCount") or 0) > 0:
+        # Waiting after an exit (restarted before, or its last state says it ended: the first
+        # crash, during its restart back-off): the process that held the partitions is gone.
+        crashed = int(cs.get("restartCount") or 0) > 0 or "terminated" in (cs.get("lastState") or {})
+        if "waiting" in state and crashed:
             return f"container restarting ({state['waiting'].get('reason') or 'waiting'})"
     return None
 
@@ -195,7 +198,8 @@ def parse_partition(body: Body) -> Partition | None:
 
 
 class PartitionCache:
-    """Parsed Partitions by (name, resourceVersion): a round re-parses only what changed."""
+    """Parsed Partitions by (name, resourceVersion, epoch): a round re-parses only what changed
+    (the epoch too: a body seen through the assignment map keeps its resourceVersion)."""
 
     def __init__(self) -> None:
         self._items: dict[str, tuple[str, Partition | None]] = {}
@@ -206,6 +210,8 @@ class PartitionCache:
         for body in bodies:
             meta = _meta(body)
             name, rv = str(meta.get("name")), str(meta.get("resourceVersion") or "")
+            if rv:
+                rv += f"/{(body.get('status') or {}).get('epoch')}"
             seen.add(name)
             cached = self._items.get(name)
             if cached is None or cached[0] != rv or not rv:

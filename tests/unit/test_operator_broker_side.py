@@ -29,7 +29,8 @@ class FakeLeaseApi:
         if name not in self.leases:
             raise ApiException(status=404)
         self.leases[name]["spec"].update(body["spec"])
-        self.leases[name]["metadata"]["annotations"] = body["metadata"]["annotations"]
+        # A merge patch: annotations it does not name stay.
+        self.leases[name]["metadata"]["annotations"].update(body["metadata"]["annotations"])
 
     def create_namespaced_lease(self, ns: str, body: dict[str, Any], **_: Any) -> None:
         self.calls.append("create")

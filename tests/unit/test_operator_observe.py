@@ -82,6 +82,28 @@ def test_pod_failure_reasons() -> None:
         {"name": "mm", "state": {"waiting": {"reason": "CrashLoopBackOff"}}, "restartCount": 2}
     ]
     assert "restarting" in str(observe.pod_failure(restarting))
+    # The first crash, during its restart back-off: no restart counted yet, the last state ended.
+    first_crash = pod("a")
+    first_crash["status"]["containerStatuses"] = [
+        {
+            "name": "mm",
+            "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+            "lastState": {"terminated": {"exitCode": 137, "reason": "Error"}},
+            "restartCount": 0,
+        }
+    ]
+    assert "restarting" in str(observe.pod_failure(first_crash))
+    # A container that has not started yet is not a crash.
+    creating = pod("a")
+    creating["status"]["containerStatuses"] = [
+        {
+            "name": "mm",
+            "state": {"waiting": {"reason": "ContainerCreating"}},
+            "lastState": {},
+            "restartCount": 0,
+        }
+    ]
+    assert observe.pod_failure(creating) is None
     # An unready but running MM is not lost (it may be catching up).
     assert observe.pod_failure(pod("a", ready=False)) is None
 

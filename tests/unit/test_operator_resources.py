@@ -209,10 +209,13 @@ def test_broker_rbac_is_least_privilege(settings: ClusterSettings) -> None:
         ("hybridmq.io", "brokerclusters"): {"get", "list", "watch"},
         ("coordination.k8s.io", "leases"): {"get", "create", "update", "patch"},
         ("", "secrets"): {"get"},
+        ("", "configmaps"): {"get", "list", "watch"},
     }
-    # Secrets: only the CMs' users Secret, by name.
+    # Secrets: only the CMs' users Secret, by name; ConfigMaps: only the assignment map.
     (secret_rule,) = [rule for rule in role["rules"] if "secrets" in rule["resources"]]
     assert secret_rule["resourceNames"] == ["demo-users"]
+    (map_rule,) = [rule for rule in role["rules"] if "configmaps" in rule["resources"]]
+    assert map_rule["resourceNames"] == ["demo-assignments"]
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "demo-broker", "namespace": "ns1"}]
     assert binding["roleRef"]["name"] == "demo-broker"
 

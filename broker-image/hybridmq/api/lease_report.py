@@ -68,3 +68,31 @@ class MMReport(_Model):
             return cls.model_validate_json(text)
         except ValidationError:
             return None
+
+
+def decision_key(compact: Any) -> Any:
+    """The part of a report (its ``compact()`` form) the operator's decisions depend on: which
+    partitions the MM holds, its role and epoch in each, a primary's in-sync set, whether the
+    partition is empty, unattended and read to its end, and the stop request. A report that
+    changed only in offsets and figures has the same key."""
+    if not isinstance(compact, dict):
+        return None
+    parts = compact.get("partitions") or {}
+    return (
+        bool(compact.get("stopping")),
+        tuple(
+            sorted(
+                (
+                    str(name),
+                    p.get("role", "backup"),
+                    p.get("epoch", 0),
+                    tuple(p.get("inSync") or ()),
+                    not p.get("backlog"),
+                    not p.get("producers"),
+                    not p.get("readerLag"),
+                )
+                for name, p in parts.items()
+                if isinstance(p, dict)
+            )
+        ),
+    )

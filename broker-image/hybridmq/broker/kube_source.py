@@ -1,8 +1,11 @@
 """The production ``AssignmentSource``: follow the operator's decisions through the API server.
 
-It watches, in the pod's namespace, the ``Partition`` resources of its cluster (their status is the
-operator's commit point: epoch, primary, replicas, in-sync set) and the ``BrokerCluster`` itself
-(its ``status.brokers`` is the broker table). A Partition being deleted (``deletionTimestamp`` set)
+It watches, in the pod's namespace, the ``Partition`` resources of its cluster (their status holds
+the operator's decisions: epoch, primary, replicas, in-sync set), the ``BrokerCluster`` itself
+(its ``status.brokers`` is the broker table) and the cluster's assignment map
+(``hybridmq.api.assignment_map``: a failover's new primaries of many partitions in one ConfigMap,
+written before the Partition statuses follow; an entry wins over its Partition while its epoch is
+higher). A Partition being deleted (``deletionTimestamp`` set)
 disappears from the assignments at once: that is the MM's signal to drop the data; the operator
 releases the Partition's finalizer once no live MM reports the partition in its Lease any more.
 
@@ -14,6 +17,7 @@ each change to the event loop, where the tables are replaced and the listeners c
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import threading
@@ -23,6 +27,7 @@ from typing import Any, cast
 
 from pydantic import ValidationError
 
+from hybridmq.api import assignment_map
 from hybridmq.api.assignment import BrokerEntry, PartitionAssignment
 from hybridmq.api.resources import GROUP, VERSION, BrokerCluster, Partition, partition_to_assignment
 from hybridmq.broker.assignment_source import AssignmentSource
@@ -31,6 +36,7 @@ LOG = logging.getLogger(__name__)
 
 PARTITIONS = "partitions"
 CLUSTERS = "brokerclusters"
+MAP = "configmaps"  # the cluster's assignment map, one ConfigMap
 
 
 def load_api_client() -> Any:
@@ -70,6 +76,7 @@ class KubeAssignmentSource(AssignmentSource):
         self._brokers: dict[str, BrokerEntry] = {}
         self._raw_partitions: dict[str, dict[str, Any]] = {}
         self._cluster_body: dict[str, Any] | None = None
+        self._map: dict[str, assignment_map.MapEntry] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -97,7 +104,7 @@ class KubeAssignmentSource(AssignmentSource):
         if self._api_client is None:
             self._api_client = await asyncio.to_thread(load_api_client)
         self._stop.clear()
-        for plural in (PARTITIONS, CLUSTERS):
+        for plural in (PARTITIONS, CLUSTERS, MAP):
             self._synced[plural] = asyncio.Event()
             thread = threading.Thread(
                 target=self._watch_forever, args=(plural,), name=f"kube-source-{plural}", daemon=True
@@ -150,6 +157,11 @@ class KubeAssignmentSource(AssignmentSource):
             return None
         if partition.spec.cluster != self.cluster:
             return None
+        entry = self._map.get(str(meta.get("name")))
+        status = partition.status
+        if assignment_map.ahead(entry, meta.get("uid"), status.epoch if status else 0):
+            assert entry is not None
+            partition = partition.model_copy(update={"status": entry.applied_to(status)})
         mis = partition.spec.min_in_sync
         if mis is None:
             default = self.min_in_sync_default()
@@ -209,6 +221,11 @@ class KubeAssignmentSource(AssignmentSource):
 
     # -- applying watch events on the loop --------------------------------------------------------
     def apply_listing(self, plural: str, items: list[dict[str, Any]]) -> None:
+        if plural == MAP:
+            self._apply_map(items[0] if items else None)
+            if (event := self._synced.get(plural)) is not None:
+                event.set()
+            return
         if plural == PARTITIONS:
             self._raw_partitions = {str(i["metadata"]["name"]): i for i in items}
         else:
@@ -219,9 +236,23 @@ class KubeAssignmentSource(AssignmentSource):
         if event is not None:
             event.set()
 
+    def _apply_map(self, body: Mapping[str, Any] | None) -> None:
+        """A new assignment map: recompute the partitions its old and new entries name."""
+        try:
+            entries = assignment_map.decode(((body or {}).get("data") or {}).get(assignment_map.DATA_KEY))
+        except assignment_map.AssignmentMapError as exc:
+            LOG.warning("ignoring the assignment map: %s", exc)
+            return
+        touched = set(self._map) | set(entries)
+        self._map = entries
+        for name in touched:
+            self._update_one(name, self._raw_partitions.get(name))
+
     def apply_event(self, plural: str, kind: str, obj: dict[str, Any]) -> None:
         name = str((obj.get("metadata") or {}).get("name"))
-        if plural == PARTITIONS:
+        if plural == MAP:
+            self._apply_map(None if kind == "DELETED" else obj)
+        elif plural == PARTITIONS:
             if kind == "DELETED":
                 self._raw_partitions.pop(name, None)
                 self._update_one(name, None)
@@ -248,25 +279,36 @@ class KubeAssignmentSource(AssignmentSource):
         from kubernetes import client, watch
         from kubernetes.client.exceptions import ApiException
 
-        api = client.CustomObjectsApi(self._api_client)
         kwargs: dict[str, Any] = {}
         if plural == CLUSTERS:
             kwargs["field_selector"] = f"metadata.name={self.cluster}"
+        lister: Callable[..., Any]
+        if plural == MAP:
+            # Through the core API, as plain dicts like the custom objects (a function without a
+            # docstring makes the watch hand over the raw objects instead of V1ConfigMap models).
+            core = client.CoreV1Api(self._api_client)
+            kwargs["field_selector"] = f"metadata.name={assignment_map.configmap_name(self.cluster)}"
+            args: tuple[Any, ...] = (self.namespace,)
+
+            def lister(*a: Any, **kw: Any) -> Any:
+                if kw.get("watch"):
+                    return core.list_namespaced_config_map(*a, **kw)
+                raw: Any = core.list_namespaced_config_map(*a, **{**kw, "_preload_content": False})
+                return json.loads(raw.data)
+
+        else:
+            api = client.CustomObjectsApi(self._api_client)
+            lister = api.list_namespaced_custom_object
+            args = (GROUP, VERSION, self.namespace, plural)
         while not self._stop.is_set():
             try:
-                listing = cast(
-                    dict[str, Any],
-                    api.list_namespaced_custom_object(GROUP, VERSION, self.namespace, plural, **kwargs),
-                )
+                listing = cast(dict[str, Any], lister(*args, **kwargs))
                 rv = str(listing.get("metadata", {}).get("resourceVersion") or "")
                 self._post(self.apply_listing, plural, list(listing.get("items", [])))
                 while not self._stop.is_set():
                     stream = watch.Watch().stream(
-                        api.list_namespaced_custom_object,
-                        GROUP,
-                        VERSION,
-                        self.namespace,
-                        plural,
+                        lister,
+                        *args,
                         resource_version=rv,
                         timeout_seconds=self.watch_timeout_s,
                         allow_watch_bookmarks=True,

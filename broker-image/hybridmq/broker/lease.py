@@ -10,10 +10,11 @@ a renewal succeeds again.
 
 Renewals run as an asyncio task that hands each API call to one dedicated thread: an event loop
 that is stuck stops renewing too, which is what we want (an MM that cannot serve must lose its
-lease). Each renewal also carries the MM's ``report`` (what it holds: per partition its role,
+lease). Renewals also carry the MM's ``report`` (what it holds: per partition its role,
 epoch, log end offset, in-sync set, backlog, producers) as the ``hybridmq.io/report`` annotation,
 which is how the operator learns in-sync sets, offsets and backlogs without ever letting the MM
-write a Partition.
+write a Partition: at once when what the operator decides from changed (``decision_key``: roles,
+epochs, in-sync sets, emptiness, the stop request), otherwise at most every ``report_interval_s``.
 """
 
 from __future__ import annotations
@@ -29,7 +30,12 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from hybridmq.api.lease_report import MAX_REPORT_BYTES, REPORT_ANNOTATION, REPORT_OVERSIZE_ANNOTATION
+from hybridmq.api.lease_report import (
+    MAX_REPORT_BYTES,
+    REPORT_ANNOTATION,
+    REPORT_OVERSIZE_ANNOTATION,
+    decision_key,
+)
 
 LOG = logging.getLogger(__name__)
 
@@ -74,6 +80,7 @@ class LeaseRenewer:
         on_renewed: Callback | None = None,
         api: Any = None,
         request_timeout_s: float | None = None,
+        report_interval_s: float = 2.0,
     ) -> None:
         self.name = name
         self.namespace = namespace
@@ -84,7 +91,9 @@ class LeaseRenewer:
         self.report = report
         self.on_lost = on_lost
         self.on_renewed = on_renewed
-        self.request_timeout_s = request_timeout_s or max(0.2, self.renew_interval_s * 2)
+        # A renewal may take up to half the lease: an API server that answers slowly (a loaded
+        # control plane) still renews it, instead of every attempt timing out behind the last one.
+        self.request_timeout_s = request_timeout_s or max(0.2, self.renew_interval_s * 2, self.duration_s / 2)
         self._api = api
         self._deadline = 0.0  # monotonic; the lease is ours until then
         self._held = False
@@ -92,6 +101,13 @@ class LeaseRenewer:
         self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"lease-{name}")
         self.renewals = 0
         self._oversize = False  # the last report was too big to send
+        # A report whose decision key (``decision_key``) did not change goes out at most every
+        # ``report_interval_s``; the renewals in between carry only the renew time (a 100 KB
+        # report of 1,000 partitions four times a second per MM is what the API server chokes on).
+        self.report_interval_s = report_interval_s
+        self._sent_key: Any = None
+        self._sent_at = float("-inf")
+        self._pending: tuple[Any, float] | None = None
         self._started_at = time.time()
         self.failures = 0
         self.last_error: str | None = None
@@ -141,6 +157,8 @@ class LeaseRenewer:
             self._check_expiry()
             return False
         self.renewals += 1
+        if self._pending is not None:
+            self._sent_key, self._sent_at = self._pending
         self._deadline = max(self._deadline, started + self.duration_s)
         if not self._held:
             self._held = True
@@ -168,6 +186,22 @@ class LeaseRenewer:
             if self.on_lost is not None:
                 self.on_lost()
 
+    def _report_text(self) -> str | None:
+        """The report to send with this renewal, if one is due (marked sent once it went out)."""
+        if self.report is None:
+            return None
+        try:
+            report = self.report()
+            key = decision_key(report)
+            if key == self._sent_key and time.monotonic() - self._sent_at < self.report_interval_s:
+                return None
+            text = json.dumps(report, separators=(",", ":"), sort_keys=True)
+        except Exception as exc:  # a broken report must not cost the lease
+            LOG.warning("lease report failed: %s", exc)
+            return None
+        self._pending = (key, time.monotonic())
+        return text
+
     def _labels(self) -> dict[str, str]:
         labels = {LABEL_ROLE: "mm"}
         if self.cluster:
@@ -176,25 +210,21 @@ class LeaseRenewer:
 
     def _body(self, now: float) -> dict[str, Any]:
         annotations: dict[str, str | None] = {}
-        if self.report is not None:
-            try:
-                text = json.dumps(self.report(), separators=(",", ":"), sort_keys=True)
-            except Exception as exc:  # a broken report must not cost the lease
-                LOG.warning("lease report failed: %s", exc)
-            else:
-                if len(text) > MAX_REPORT_BYTES:
-                    # Too big to be accepted: renew without it (the last report stays) and say so.
-                    if not self._oversize:
-                        LOG.warning(
-                            "lease report of %d bytes exceeds %d: not sent", len(text), MAX_REPORT_BYTES
-                        )
-                    self._oversize = True
-                    annotations[REPORT_OVERSIZE_ANNOTATION] = str(len(text))
-                else:
-                    annotations[REPORT_ANNOTATION] = text
-                    if self._oversize:
-                        annotations[REPORT_OVERSIZE_ANNOTATION] = None  # a merge patch removes it
-                    self._oversize = False
+        self._pending = None
+        text = self._report_text()
+        if text is None:
+            pass  # no report, or not due: this renewal carries the renew time only
+        elif len(text) > MAX_REPORT_BYTES:
+            # Too big to be accepted: renew without it (the last report stays) and say so.
+            if not self._oversize:
+                LOG.warning("lease report of %d bytes exceeds %d: not sent", len(text), MAX_REPORT_BYTES)
+            self._oversize = True
+            annotations[REPORT_OVERSIZE_ANNOTATION] = str(len(text))
+        else:
+            annotations[REPORT_ANNOTATION] = text
+            if self._oversize:
+                annotations[REPORT_OVERSIZE_ANNOTATION] = None  # a merge patch removes it
+            self._oversize = False
         spec: dict[str, Any] = {
             "holderIdentity": self.name,
             "leaseDurationSeconds": round(self.duration_s),

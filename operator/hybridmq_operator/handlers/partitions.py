@@ -14,15 +14,27 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, cast
 
 import kopf
 
-from hybridmq.api.resources import FailoverRecord
-from hybridmq.planner import DeletePartition, Plan, ReleaseFinalizer, plan
+from hybridmq.api.assignment_map import ahead
+from hybridmq.api.resources import FailoverRecord, PartitionStatus
+from hybridmq.planner import (
+    DeletePartition,
+    MessageManager,
+    Plan,
+    ReleaseFinalizer,
+    ReplicaReport,
+    commit,
+    figures,
+    plan,
+)
 from hybridmq_operator import failover_history, incarnations, index_sync, kube, metrics, names, observe
-from hybridmq_operator.apply import Outcome, apply_plan, writer_pool
+from hybridmq_operator.apply import Outcome, apply_plan, status_json, writer_pool
+from hybridmq_operator.assignment_map import MapStore, MapTooLarge
 from hybridmq_operator.handlers import indexes
 from hybridmq_operator.handlers.scale_down import reconcile_scale_down
 from hybridmq_operator.handlers.status import StatusWriter, cluster_ref
@@ -36,6 +48,26 @@ FULL_PLAN_EVERY_S = 5.0
 # Partitions one round creates at most: a large count is created over several rounds, while
 # failovers and status keep being handled in between.
 MAX_CREATES_PER_ROUND = 100
+
+
+def _mm_shape(m: MessageManager) -> MessageManager:
+    """An MM without its moving offsets (which partitions it holds still counts)."""
+    return replace(m, log_end_offsets=dict.fromkeys(m.log_end_offsets, 0))
+
+
+def _report_shape(r: ReplicaReport | None) -> tuple[Any, ...] | None:
+    """What of a primary's report can change a decision: its epoch, its in-sync set, and whether
+    the partition is empty, unattended and read to its end (on-demand GC). Offsets and figures
+    alone do not re-plan; they are picked up by the next plan (at least every FULL_PLAN_EVERY_S)."""
+    if r is None:
+        return None
+    return (r.reporter, r.epoch, r.in_sync, r.backlog == 0, r.producers == 0, r.reader_lag == 0)
+
+
+def _uid_epoch(body: Mapping[str, Any]) -> tuple[str, int]:
+    return str((body.get("metadata") or {}).get("uid") or ""), int(
+        (body.get("status") or {}).get("epoch") or 0
+    )
 
 
 def _rv(body: Mapping[str, Any]) -> int:
@@ -67,6 +99,12 @@ class Reconciler:
         self.nodes = NodeLabels()
         self.first_seen_stopping: dict[str, datetime] = {}
         self.failovers: list[dict[str, Any]] | None = None  # status.failovers; None: read the body's
+        # The assignment map, and the Partitions it is ahead of (their statuses still to follow).
+        self.map = MapStore(name, namespace)
+        self.behind: dict[str, PartitionStatus] = {}
+        # When each Partition's status was last written (time.monotonic()): figure-only updates
+        # wait their turn (``hybridmq.planner.figures``).
+        self.status_written: dict[str, float] = {}
 
     def record_failovers(
         self, body: Mapping[str, Any], state: Any, records: list[tuple[str, FailoverRecord]], now: datetime
@@ -96,8 +134,11 @@ class Reconciler:
         one): skip planning. Saves the CPU of re-planning thousands of partitions every round."""
         fingerprint = (
             settings,
-            state.message_managers,
-            tuple((p.name, p.status, p.deleting, tuple(p.finalizers), p.report) for p in state.partitions),
+            tuple(_mm_shape(m) for m in state.message_managers),
+            tuple(
+                (p.name, p.status, p.deleting, tuple(p.finalizers), _report_shape(p.report))
+                for p in state.partitions
+            ),
         )
         now = time.monotonic()
         if fingerprint == self.fingerprint and now - self.planned_at < FULL_PLAN_EVERY_S:
@@ -117,7 +158,23 @@ class Reconciler:
         for name, at in list(self.deleted.items()):
             if name not in by_name or now - at > 30:
                 self.deleted.pop(name, None)
+        self._overlay_map(by_name)
         return tuple(by_name.values())
+
+    def _overlay_map(self, by_name: dict[str, dict[str, Any]]) -> None:
+        """Partitions the assignment map is ahead of are planned as the map has them (cheap when
+        they caught up: one epoch comparison each)."""
+        observed: dict[str, commit.Observed] = {}
+        for name, entry in self.map.entries.items():
+            body = by_name.get(name)
+            if body is None:
+                continue
+            uid, epoch = _uid_epoch(body)
+            if ahead(entry, uid, epoch):
+                observed[name] = (uid, PartitionStatus.model_validate(body.get("status") or {}))
+        self.behind = commit.overlay(observed, self.map.entries)
+        for name, status in self.behind.items():
+            by_name[name] = {**by_name[name], "status": status_json(status)}
 
     def remember(self, outcome: Outcome) -> None:
         self.written.update(outcome.written)
@@ -199,6 +256,36 @@ def _post_events(outcome: Outcome) -> None:
         )
 
 
+async def _commit_primaries(
+    rec: Reconciler,
+    settings: ClusterSettings,
+    result: Plan,
+    current: Mapping[str, Mapping[str, Any]],
+    logger: Any,
+) -> None:
+    """The round's primary changes in one write of the assignment map, before the status writes:
+    the brokers act on it at once. Without it (too large, refused) the status writes carry them."""
+    epochs = {
+        n: _uid_epoch(current[n])
+        for n in {u.name for u in result.updates()} | set(rec.map.entries)
+        if n in current
+    }
+    entries = commit.map_commit(result, epochs, rec.map.entries)
+    if entries is None:
+        return
+    started = time.monotonic()
+    try:
+        await asyncio.to_thread(rec.map.write, settings, entries)
+    except (kube.KubeError, MapTooLarge) as exc:
+        logger.warning("assignment map not written (%s); the Partition statuses carry the changes", exc)
+        return
+    logger.info(
+        "committed %d primary changes in the assignment map in %.3fs",
+        sum(1 for n, e in entries.items() if n in epochs and e.status.epoch > epochs[n][1]),
+        time.monotonic() - started,
+    )
+
+
 async def reconcile_round(
     rec: Reconciler,
     body: Mapping[str, Any],
@@ -209,6 +296,8 @@ async def reconcile_round(
 ) -> Plan:
     key = (rec.namespace, rec.name)
     settings = ClusterSettings.from_body(body)
+    if not rec.map.loaded:
+        await asyncio.to_thread(rec.map.load)
     snapshot = observe.Snapshot(
         cluster=dict(body),
         pods=indexes.values(pods_index, key),
@@ -234,10 +323,16 @@ async def reconcile_round(
         result = Plan()
     else:
         result = plan(state, max_creates=MAX_CREATES_PER_ROUND)
+    if result.changes:
+        before = {p.name: p.status for p in state.partitions}
+        result = figures.throttle_figures(result, before, rec.status_written, time.monotonic())
+    if rec.behind:
+        result = commit.follow_ups(rec.behind, result)
     applied = True
     if result.changes:
         t_planned = time.monotonic()
         current = {str(b["metadata"]["name"]): b for b in snapshot.partitions}
+        await _commit_primaries(rec, settings, result, current, logger)
         outcome = await asyncio.to_thread(apply_plan, settings, result, current, cluster_ref(body), rec.pool)
         if len(result.changes) >= 20 or outcome.failovers:
             logger.info(
@@ -249,6 +344,11 @@ async def reconcile_round(
                 outcome.conflicts,
             )
         rec.remember(outcome)
+        written_at = time.monotonic()
+        for name in outcome.written:
+            rec.status_written[name] = written_at
+        for name in [n for n in rec.status_written if n not in current]:
+            del rec.status_written[name]
         _post_events(outcome)
         if outcome.failover_records:
             reason, message = failover_summary(outcome.failover_records)

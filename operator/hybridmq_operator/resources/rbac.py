@@ -1,11 +1,13 @@
 """The brokers' identity: a ServiceAccount, a Role with only what the brokers do, a RoleBinding.
 
-Brokers read Partitions and their BrokerCluster (``hybridmq.broker.kube_source``) and each MM
+Brokers read Partitions, their BrokerCluster and its assignment map ConfigMap
+(``hybridmq.broker.kube_source``) and each MM
 renews its own Lease (``hybridmq.broker.lease``). They never write a Partition or its status.
 """
 
 from typing import Any
 
+from hybridmq.api import assignment_map
 from hybridmq_operator import names
 from hybridmq_operator.resources.common import Manifest, metadata
 from hybridmq_operator.settings import ClusterSettings
@@ -35,6 +37,15 @@ def build_service_account(settings: ClusterSettings) -> Manifest:
 
 def build_role(settings: ClusterSettings) -> Manifest:
     rules = [dict(rule) for rule in BROKER_RULES]
+    # Every broker follows the cluster's assignment map (a failover's primaries in one object).
+    rules.append(
+        {
+            "apiGroups": [""],
+            "resources": ["configmaps"],
+            "resourceNames": [assignment_map.configmap_name(settings.name)],
+            "verbs": ["get", "list", "watch"],
+        }
+    )
     # The CMs read their users (from BrokerUsers) by name: that one Secret, nothing else.
     rules.append(
         {

@@ -1,0 +1,413 @@
+"""Scale benchmark on the local cluster with the real brokers (``hybridmq mm|cm`` pods).
+
+Default mode, a large cluster's failover: a BrokerCluster of 3 MMs and 1 CM with ``--partitions``
+fixed partitions of 2 replicas, a few producer processes (``bench/scale_producers.py``) each
+covering many partitions at a low rate (one message per ``--interval`` per partition), then
+``kill -9`` of the MM that leads the most partitions. Measured, from the kill:
+
+* ``all_primaries_s``: until a watch shows every partition it led with a new primary at a higher
+  epoch;
+* ``first_ack_p99_s`` (and max): per producer, until its first acknowledged message after the kill;
+* ``operator_cpu_s``: CPU seconds the operator process used from the kill until every producer had
+  its first ack; ``api_requests``: requests the kube-apiserver served in that window (all clients:
+  operator, brokers, node agent; from its ``apiserver_request_total``);
+* per MM, before the kill: open file descriptors and RSS.
+
+``--steady SECONDS``: the operator at rest with ``--partitions`` Partition resources (stand-in
+brokers unless ``HYBRIDMQ_TEST_BROKER=real``): its RSS, CPU per second and the API requests per
+second over that time.
+
+Attaches to ``$LOCALCLUSTER_DIR`` when set, otherwise starts (and stops) a cluster of its own. The
+last line is ``partitions=… all_primaries_s=… first_ack_p99_s=… operator_cpu_s=… api_requests=…``
+(``--steady``: ``partitions=… operator_rss_mb=… operator_cpu_pct=… api_requests_per_s=…``); a
+JSON record is appended to ``bench/results/scale.jsonl``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO / "hack"), str(REPO / "tests/k8s"), str(REPO / "bench")]
+
+from kubernetes import watch  # noqa: E402
+from operator_failover import PrimaryWatch, bench_cluster, percentile  # noqa: E402
+from operator_harness import (  # noqa: E402
+    Kube,
+    OperatorProcess,
+    apply_crds,
+    sample_cluster,
+    teardown,
+    wait_for,
+)
+
+from localcluster import LocalCluster  # noqa: E402
+
+NAME = "scale"
+
+
+def load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def apiserver_requests(cluster: LocalCluster) -> int:
+    """Requests the kube-apiserver has answered since it started (every verb, every client)."""
+    text = cluster.kubectl("get", "--raw", "/metrics").stdout
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith("apiserver_request_total{"):
+            total += float(line.rsplit(" ", 1)[1])
+    return int(total)
+
+
+def operator_cpu(op: OperatorProcess) -> float:
+    assert op.proc is not None
+    t = psutil.Process(op.proc.pid).cpu_times()
+    return float(t.user + t.system)
+
+
+def operator_rss_mb(op: OperatorProcess) -> float:
+    assert op.proc is not None
+    return float(psutil.Process(op.proc.pid).memory_info().rss) / 2**20
+
+
+def cluster_body(
+    partitions: int, mms: int, cms: int, min_in_sync: int, tls: bool, lease_s: int
+) -> dict[str, Any]:
+    body = sample_cluster(NAME, "", mms=mms, cms=cms, fixed=partitions)
+    spec = body["spec"]
+    spec["partitions"]["fixed"]["minInSync"] = min_in_sync
+    spec["partitions"]["onDemand"]["perMessageManager"] = 0
+    spec["tls"] = {"enabled": tls}
+    # The kill is seen from the pod (its container terminated), not from the Lease: a long lease
+    # keeps a loaded shared machine from failing over MMs that are only slow to renew.
+    spec["failureDetection"] = {"leaseDurationSeconds": lease_s, "renewIntervalMilliseconds": 1000}
+    return body
+
+
+def fixed(kube: Kube, clusters: tuple[str, ...] = (NAME,)) -> list[dict[str, Any]]:
+    return [p for p in kube.partitions() if p["spec"]["type"] == "fixed" and p["spec"]["cluster"] in clusters]
+
+
+def wait_placed(
+    kube: Kube, partitions: int, replicas: int, timeout: float, clusters: tuple[str, ...] = (NAME,)
+) -> None:
+    def done() -> bool:
+        parts = fixed(kube, clusters)
+        return len(parts) == partitions and all(
+            (p.get("status") or {}).get("primary")
+            and len((p.get("status") or {}).get("inSync") or []) >= replicas
+            for p in parts
+        )
+
+    wait_for(done, timeout, f"{partitions} partitions placed with {replicas} in-sync copies")
+
+
+def mm_resources(cluster: LocalCluster, ns: str, mms: list[str]) -> dict[str, dict[str, float]]:
+    out = {}
+    for mm in mms:
+        pid = cluster.container_pid(ns, mm, "mm")
+        if pid is None:
+            continue
+        proc = psutil.Process(pid)
+        out[mm] = {"fds": proc.num_fds(), "rss_mb": round(proc.memory_info().rss / 2**20, 1)}
+    return out
+
+
+class MapWatch:
+    """When the assignment map (what the brokers act on) first named every given partition at a
+    higher epoch than given, on another primary."""
+
+    def __init__(self, kube: Kube, epochs: dict[str, int], victim: str) -> None:
+        self.kube, self.epochs, self.victim = kube, epochs, victim
+        self.at: float | None = None
+        self._stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _done(self, obj: Any) -> bool:
+        text = ((obj or {}).get("data") or {}).get("assignments.json") or "{}"
+        parts = json.loads(text).get("partitions") or {}
+        for name, epoch in self.epochs.items():
+            st = (parts.get(name) or {}).get("status") or {}
+            if st.get("epoch", -1) <= epoch or st.get("primary") in (None, self.victim):
+                return False
+        return True
+
+    def _run(self) -> None:
+        w = watch.Watch()
+        while not self._stop.is_set() and self.at is None:
+            # A function without a docstring: the watch hands over the raw objects.
+            for ev in w.stream(self._raw_list, timeout_seconds=30):
+                if self._done(ev["object"]):
+                    self.at = time.monotonic()
+                    return
+                if self._stop.is_set():
+                    return
+
+    def _raw_list(self, **kw: Any) -> Any:
+        return self.kube.core.list_namespaced_config_map(
+            self.kube.namespace, field_selector=f"metadata.name={NAME}-assignments", **kw
+        )
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+class Producers:
+    """``count`` producer processes sharing the partitions round-robin."""
+
+    def __init__(
+        self, bootstrap: str, names: list[str], count: int, interval: float, directory: Path
+    ) -> None:
+        self.procs: list[tuple[subprocess.Popen[str], Path]] = []
+        for i in range(count):
+            out = directory / f"producer-{i}.json"
+            proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    str(REPO / "bench/scale_producers.py"),
+                    "--bootstrap",
+                    bootstrap,
+                    "--interval",
+                    str(interval),
+                    "--out",
+                    str(out),
+                ],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            assert proc.stdin is not None
+            proc.stdin.write("\n".join(names[i::count]) + "\n")
+            proc.stdin.close()
+            self.procs.append((proc, out))
+
+    def wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        for proc, _ in self.procs:
+            assert proc.stdout is not None
+            line = proc.stdout.readline()  # blocks until "ready" (or EOF if it died)
+            if line.strip() != "ready" or time.monotonic() > deadline:
+                raise RuntimeError(f"producer process not ready: {line!r}")
+
+    def stop(self) -> dict[str, list[float]]:
+        acks: dict[str, list[float]] = {}
+        for proc, _ in self.procs:
+            proc.terminate()
+        for proc, out in self.procs:
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            if out.exists():
+                acks.update(json.loads(out.read_text()))
+        return acks
+
+
+def first_acks(acks: dict[str, list[float]], t0: float) -> dict[str, float | None]:
+    return {name: next((t - t0 for t in times if t > t0), None) for name, times in acks.items()}
+
+
+def failover(cluster: LocalCluster, ns: str, args: argparse.Namespace, directory: Path) -> dict[str, Any]:
+    kube = Kube(cluster, ns)
+    body = cluster_body(args.partitions, args.mms, 1, args.min_in_sync, args.tls, args.lease_seconds)
+    body["metadata"]["namespace"] = ns
+    op = OperatorProcess(cluster, ns, broker="real").start()
+    try:
+        t_create = time.monotonic()
+        kube.create(body)
+        wait_for(lambda: len(kube.ready_pods("mm")) == args.mms or None, 300, "MMs Ready")
+        wait_placed(kube, args.partitions, 2, args.place_timeout)
+        wait_for(lambda: len(kube.ready_pods("cm")) == 1 or None, 600, "CM Ready")
+        placed_s = time.monotonic() - t_create
+        print(
+            f"{args.partitions} partitions placed and in sync in {placed_s:.1f}s (load {load()})", flush=True
+        )
+        cm = next(b for b in kube.cluster(NAME)["status"]["brokers"] if b["role"] == "cm")
+        names = sorted(p["metadata"]["name"] for p in fixed(kube))
+        producers = Producers(cm["address"], names, args.producers, args.interval, directory)
+        try:
+            producers.wait_ready(300)
+            print(f"{len(names)} producers acknowledged (load {load()})", flush=True)
+            time.sleep(args.warmup)
+            parts = fixed(kube)
+            led: dict[str, list[str]] = {}
+            for p in parts:
+                led.setdefault(p["status"]["primary"], []).append(p["metadata"]["name"])
+            victim = max(led, key=lambda m: len(led[m]))
+            epochs = {p["metadata"]["name"]: p["status"]["epoch"] for p in parts}
+            resources = mm_resources(cluster, ns, sorted(led))
+            victims = led[victim]
+            pw = PrimaryWatch(kube)
+            mw = MapWatch(kube, {n: epochs[n] for n in victims}, victim)
+            time.sleep(1.0)
+            load_before = load()
+            cpu0, req0 = operator_cpu(op), apiserver_requests(cluster)
+            t0 = time.monotonic()
+            cluster.kill_container(ns, victim, "mm")
+
+            def moved(seen: dict[str, dict[str, Any]]) -> bool:
+                for n in victims:
+                    st = seen.get(n, {}).get("status", {})
+                    if st.get("epoch", -1) <= epochs[n] or st.get("primary") in (None, victim):
+                        return False
+                return True
+
+            t1 = pw.wait(moved, 120)
+            pw.stop()
+            mw.stop()
+            t_map = mw.at if mw.at is not None else t1
+            print(
+                f"{len(victims)} primaries of {victim}: in the assignment map after {t_map - t0:.3f}s, "
+                f"in every Partition status after {t1 - t0:.3f}s",
+                flush=True,
+            )
+            time.sleep(args.after)
+        finally:
+            acks = producers.stop()
+        firsts = first_acks(acks, t0)
+        missing = sorted(n for n, v in firsts.items() if v is None)
+        got = [v for v in firsts.values() if v is not None]
+        t_last = t0 + max(got) if got else time.monotonic()
+        # CPU and requests up to the last producer's first ack (read now: the window is over).
+        cpu1, req1 = operator_cpu(op), apiserver_requests(cluster)
+        victim_firsts = [v for n, v in firsts.items() if n in set(victims) and v is not None]
+        return {
+            "partitions": args.partitions,
+            "mms": args.mms,
+            "min_in_sync": args.min_in_sync,
+            "lease_s": args.lease_seconds,
+            "tls": args.tls,
+            "interval_s": args.interval,
+            "producer_processes": args.producers,
+            "placed_s": round(placed_s, 1),
+            "victim": victim,
+            "victim_partitions": len(victims),
+            # What the brokers act on (the assignment map, or the statuses if that came first).
+            "all_primaries_s": round(min(t_map, t1) - t0, 3),
+            "all_statuses_s": round(t1 - t0, 3),
+            "first_ack_p50_s": round(percentile(got, 0.5), 3) if got else None,
+            "first_ack_p99_s": round(percentile(got, 0.99), 3) if got else None,
+            "first_ack_max_s": round(max(got), 3) if got else None,
+            "victim_first_ack_p99_s": round(percentile(victim_firsts, 0.99), 3) if victim_firsts else None,
+            "producers_without_ack": len(missing),
+            "operator_cpu_s": round(cpu1 - cpu0, 2),
+            "api_requests": req1 - req0,
+            "window_s": round(max(t_last, t1) - t0, 3),
+            "mm_before_kill": resources,
+            "load_before": load_before,
+            "load_after": load(),
+        }
+    finally:
+        teardown(kube, op, timeout=180)
+
+
+def steady(cluster: LocalCluster, ns: str, args: argparse.Namespace) -> dict[str, Any]:
+    """``--partitions`` over as many BrokerClusters as the CRD's 1,000 fixed partitions each need."""
+    kube = Kube(cluster, ns)
+    count = -(-args.partitions // 1000)
+    names = tuple(f"{NAME}{i}" for i in range(count))
+    op = OperatorProcess(cluster, ns).start()
+    try:
+        t_create = time.monotonic()
+        for name in names:
+            body = cluster_body(
+                args.partitions // count, args.mms, 0, args.min_in_sync, args.tls, args.lease_seconds
+            )
+            body["metadata"].update(name=name, namespace=ns)
+            kube.create(body)
+        wait_placed(kube, args.partitions // count * count, 2, args.place_timeout, names)
+        placed_s = time.monotonic() - t_create
+        print(
+            f"{args.partitions} partitions placed and in sync in {placed_s:.1f}s (load {load()})", flush=True
+        )
+        time.sleep(args.warmup)
+        load_before = load()
+        cpu0, req0, t0 = operator_cpu(op), apiserver_requests(cluster), time.monotonic()
+        rss: list[float] = []
+        while time.monotonic() - t0 < args.steady:
+            rss.append(operator_rss_mb(op))
+            time.sleep(5)
+        cpu1, req1, t1 = operator_cpu(op), apiserver_requests(cluster), time.monotonic()
+        rss.append(operator_rss_mb(op))
+        return {
+            "mode": "steady",
+            "broker": os.environ.get("HYBRIDMQ_TEST_BROKER", "stub"),
+            "partitions": args.partitions // count * count,
+            "clusters": count,
+            "mms": args.mms,
+            "placed_s": round(placed_s, 1),
+            "seconds": round(t1 - t0, 1),
+            "operator_rss_mb": round(max(rss), 1),
+            "operator_cpu_pct": round(100 * (cpu1 - cpu0) / (t1 - t0), 2),
+            "api_requests_per_s": round((req1 - req0) / (t1 - t0), 1),
+            "load_before": load_before,
+            "load_after": load(),
+        }
+    finally:
+        teardown(kube, op, timeout=600)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--partitions", type=int, default=1000)
+    parser.add_argument("--mms", type=int, default=3)
+    parser.add_argument("--producers", type=int, default=4, help="producer processes")
+    parser.add_argument("--interval", type=float, default=1.0, help="seconds between sends per partition")
+    parser.add_argument("--min-in-sync", type=int, default=1)
+    parser.add_argument("--tls", action="store_true", help="TLS listeners (off: the bench measures failover)")
+    parser.add_argument("--lease-seconds", type=int, default=10, help="failureDetection.leaseDurationSeconds")
+    parser.add_argument("--warmup", type=float, default=5.0)
+    parser.add_argument("--after", type=float, default=8.0, help="seconds of load after the reassignment")
+    parser.add_argument("--place-timeout", type=float, default=1200.0)
+    parser.add_argument("--steady", type=float, default=0.0, help="steady-state mode for this many seconds")
+    args = parser.parse_args()
+
+    cluster, existing = bench_cluster("hmq-scale-")
+    ns = f"scale-{uuid.uuid4().hex[:5]}"
+    try:
+        apply_crds(cluster)
+        cluster.create_namespace(ns)
+        with tempfile.TemporaryDirectory(prefix="hmq-scale-producers-") as tmp:
+            record = steady(cluster, ns, args) if args.steady else failover(cluster, ns, args, Path(tmp))
+        # Kept before the cluster goes: a failing shutdown must not lose the figures.
+        record = {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **record}
+        out = REPO / "bench/results/scale.jsonl"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with out.open("a") as f:
+            f.write(json.dumps(record) + "\n")
+    finally:
+        cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+        if not existing:
+            cluster.down(keep_dir=False)
+    print(json.dumps(record))
+    if args.steady:
+        print(
+            f"partitions={record['partitions']} operator_rss_mb={record['operator_rss_mb']} "
+            f"operator_cpu_pct={record['operator_cpu_pct']} api_requests_per_s={record['api_requests_per_s']}"
+        )
+    else:
+        print(
+            f"partitions={record['partitions']} all_primaries_s={record['all_primaries_s']} "
+            f"first_ack_p99_s={record['first_ack_p99_s']} operator_cpu_s={record['operator_cpu_s']} "
+            f"api_requests={record['api_requests']}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,108 @@
+"""The assignment map: a failover's new partition statuses in one object, written in one request.
+
+A lost MM may lead a thousand partitions; writing a thousand Partition statuses takes the API
+server seconds, so the operator first commits every primary change of a round into one ConfigMap
+(``<cluster>-assignments``, key ``assignments.json``) that every broker watches, and the Partition
+statuses follow. Each entry holds the assignment part of the partition's new status (state, epoch,
+primary, replicas, in-sync set, failover record; not the reported figures) and the Partition's uid
+(a re-created Partition of the same name never picks up an old entry). An entry counts only while
+its epoch is higher than the Partition status's: once the Partition caught up, the Partition wins.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from hybridmq.api.resources import PartitionStatus
+
+DATA_KEY = "assignments.json"
+FORMAT_VERSION = 1
+# What a broker acts on and what the Partition status must carry after a failover; the reported
+# figures (offsets, backlog, conditions) come back with the next MM reports.
+ASSIGNED_FIELDS = frozenset(
+    {"state", "epoch", "primary", "replicas", "in_sync", "accept_writes", "drained_since", "last_failover"}
+)
+# A ConfigMap holds at most 1 MiB; past this the operator writes the Partition statuses only.
+MAX_BYTES = 900 * 1024
+
+
+def configmap_name(cluster: str) -> str:
+    return f"{cluster}-assignments"
+
+
+@dataclass(frozen=True, slots=True)
+class MapEntry:
+    """The committed assignment of one Partition (identified by name and uid)."""
+
+    uid: str
+    status: PartitionStatus
+
+    @classmethod
+    def of(cls, uid: str, status: PartitionStatus) -> MapEntry:
+        """The entry of a full status (only its assignment part is kept)."""
+        return cls(uid, PartitionStatus.model_validate(status.model_dump(include=set(ASSIGNED_FIELDS))))
+
+    def applied_to(self, status: PartitionStatus | None) -> PartitionStatus:
+        """``status`` (a Partition's, possibly older) with this entry's assignment fields."""
+        base = status or PartitionStatus()
+        return base.model_copy(update={f: getattr(self.status, f) for f in ASSIGNED_FIELDS})
+
+
+class AssignmentMapError(ValueError):
+    """The map's text is not a map this version understands."""
+
+
+def encode(entries: Mapping[str, MapEntry]) -> str:
+    """Compact JSON: defaults left out (the status model fills them back in)."""
+    body = {
+        "version": FORMAT_VERSION,
+        "partitions": {
+            name: {
+                "uid": e.uid,
+                "status": e.status.model_dump(
+                    mode="json", by_alias=True, include=set(ASSIGNED_FIELDS), exclude_defaults=True
+                ),
+            }
+            for name, e in sorted(entries.items())
+        },
+    }
+    return json.dumps(body, separators=(",", ":"))
+
+
+def decode(text: str | None) -> dict[str, MapEntry]:
+    """The entries of a map's text (empty or missing text: no entries)."""
+    if not text:
+        return {}
+    try:
+        body = json.loads(text)
+    except ValueError as exc:
+        raise AssignmentMapError(f"assignment map is not JSON: {exc}") from exc
+    if not isinstance(body, dict) or body.get("version") != FORMAT_VERSION:
+        raise AssignmentMapError(f"assignment map version {_version(body)!r} is not {FORMAT_VERSION}")
+    raw = body.get("partitions")
+    if not isinstance(raw, dict):
+        raise AssignmentMapError("assignment map has no 'partitions' object")
+    out: dict[str, MapEntry] = {}
+    for name, item in raw.items():
+        if not isinstance(item, dict) or not isinstance(item.get("uid"), str):
+            raise AssignmentMapError(f"assignment map entry {name!r} has no uid")
+        try:
+            status = PartitionStatus.model_validate(item.get("status") or {})
+        except ValidationError as exc:
+            raise AssignmentMapError(f"assignment map entry {name!r}: {exc}") from exc
+        out[str(name)] = MapEntry(item["uid"], status)
+    return out
+
+
+def _version(body: Any) -> Any:
+    return body.get("version") if isinstance(body, dict) else None
+
+
+def ahead(entry: MapEntry | None, uid: str | None, epoch: int) -> bool:
+    """Whether ``entry`` is newer than a Partition (``uid``) whose status has ``epoch``."""
+    return entry is not None and bool(uid) and entry.uid == uid and entry.status.epoch > epoch

@@ -1,0 +1,141 @@
+"""The assignment map: its encoding, the planner's commit decisions, and a broker following it."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from hybridmq.api.assignment_map import AssignmentMapError, MapEntry, decode, encode
+from hybridmq.api.resources import PartitionStatus
+from hybridmq.broker.kube_source import MAP, PARTITIONS, KubeAssignmentSource
+from hybridmq.planner import Plan, UpdatePartitionStatus, commit
+
+
+def status(epoch: int, primary: str, **kw: Any) -> PartitionStatus:
+    return PartitionStatus.model_validate(
+        {
+            "state": "Active",
+            "epoch": epoch,
+            "primary": primary,
+            "replicas": [primary],
+            "inSync": [primary],
+            **kw,
+        }
+    )
+
+
+def update(name: str, st: PartitionStatus) -> UpdatePartitionStatus:
+    return UpdatePartitionStatus(name=name, status=st, reason="FailedOver", message="")
+
+
+def test_encoding_keeps_the_assignment_and_drops_the_reported_figures() -> None:
+    full = status(4, "mm-1", logEndOffset=900, backlog=7, replicaOffsets={"mm-1": 900})
+    text = encode({"p0": MapEntry.of("uid-0", full)})
+    raw = json.loads(text)["partitions"]["p0"]
+    assert raw["uid"] == "uid-0" and raw["status"]["epoch"] == 4 and raw["status"]["primary"] == "mm-1"
+    assert "logEndOffset" not in raw["status"] and "backlog" not in raw["status"]
+    back = decode(text)["p0"]
+    assert (back.status.epoch, back.status.primary, back.status.log_end_offset) == (4, "mm-1", 0)
+    # Applied to a Partition's older status: its figures stay, the assignment is the entry's.
+    merged = back.applied_to(status(3, "mm-0", logEndOffset=800))
+    assert (merged.epoch, merged.primary, merged.log_end_offset) == (4, "mm-1", 800)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "not json",
+        "[]",
+        '{"version": 9, "partitions": {}}',
+        '{"version": 1}',
+        '{"version": 1, "partitions": {"p": {}}}',
+        '{"version": 1, "partitions": {"p": {"uid": "u", "status": {"epoch": -1}}}}',
+    ],
+)
+def test_a_bad_map_is_refused_with_a_reason(text: str) -> None:
+    with pytest.raises(AssignmentMapError):
+        decode(text)
+    assert decode("") == {} and decode(None) == {}
+
+
+def test_only_primary_changes_are_committed_early_and_caught_up_entries_go() -> None:
+    epochs = {"p0": ("u0", 1), "p1": ("u1", 1), "p2": ("u2", 5), "p3": ("u3-new", 0)}
+    # Reported figures only (same epoch): nothing to commit early.
+    assert commit.map_commit(Plan(changes=(update("p0", status(1, "a")),)), epochs, {}) is None
+    old = {
+        "p2": MapEntry.of("u2", status(5, "b")),  # its Partition caught up: dropped
+        "p3": MapEntry.of("u3-old", status(2, "b")),  # a re-created Partition: dropped
+        "p1": MapEntry.of("u1", status(2, "c")),  # still ahead: kept
+    }
+    entries = commit.map_commit(Plan(changes=(update("p0", status(2, "b")),)), epochs, old)
+    assert entries is not None and set(entries) == {"p0", "p1"}
+    assert (entries["p0"].uid, entries["p0"].status.epoch, entries["p0"].status.primary) == ("u0", 2, "b")
+
+
+def test_partitions_behind_the_map_are_seen_through_it_and_their_statuses_follow() -> None:
+    entries = {"p0": MapEntry.of("u0", status(3, "b")), "p1": MapEntry.of("u1", status(3, "b"))}
+    observed: dict[str, commit.Observed] = {
+        "p0": ("u0", status(2, "a", backlog=4)),
+        "p1": ("u1", status(3, "b")),  # caught up
+    }
+    behind = commit.overlay(observed, entries)
+    assert set(behind) == {"p0"} and (behind["p0"].epoch, behind["p0"].primary, behind["p0"].backlog) == (
+        3,
+        "b",
+        4,
+    )
+    planned = Plan(changes=(update("p9", status(1, "a")),))
+    out = commit.follow_ups(behind, planned)
+    assert [c.name for c in out.updates()] == ["p9", "p0"] and out.updates()[1].status.epoch == 3
+    # A plan that writes the partition anyway carries the assignment: no second write.
+    again = commit.follow_ups(behind, Plan(changes=(update("p0", status(3, "b")),)))
+    assert [c.name for c in again.updates()] == ["p0"]
+
+
+def partition(name: str, epoch: int, primary: str, uid: str = "u0") -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "namespace": "ns", "uid": uid},
+        "spec": {"cluster": "demo", "type": "fixed", "replicas": 2},
+        "status": {
+            "state": "Active",
+            "epoch": epoch,
+            "primary": primary,
+            "replicas": [primary],
+            "inSync": [primary],
+        },
+    }
+
+
+def configmap(partitions: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "demo-assignments"},
+        "data": {"assignments.json": json.dumps({"version": 1, "partitions": partitions})},
+    }
+
+
+def test_a_broker_acts_on_the_map_until_the_partition_catches_up() -> None:
+    src = KubeAssignmentSource("demo", "ns", api_client=object())
+    src.apply_listing(PARTITIONS, [partition("p0", 2, "mm-0"), partition("p1", 2, "mm-0", uid="u1")])
+    src.apply_listing(MAP, [])
+    notified: list[int] = []
+    src.subscribe(lambda: notified.append(1))
+    entry = {"uid": "u0", "status": {"state": "Active", "epoch": 3, "primary": "mm-1", "replicas": ["mm-1"]}}
+    stale = {"uid": "other", "status": {"state": "Active", "epoch": 9, "primary": "mm-2"}}
+    src.apply_event(MAP, "ADDED", configmap({"p0": entry, "p1": stale}))
+    assert (src.partitions()["p0"].epoch, src.primary_of("p0")) == (3, "mm-1")
+    assert src.primary_of("p1") == "mm-0"  # an entry of another Partition of that name: ignored
+    assert notified
+    # A malformed map is ignored; what was committed stands.
+    src.apply_event(
+        MAP, "MODIFIED", {"metadata": {"name": "demo-assignments"}, "data": {"assignments.json": "{"}}
+    )
+    assert src.primary_of("p0") == "mm-1"
+    # The Partition caught up and went on (a new in-sync set at the same epoch): the Partition wins.
+    later = partition("p0", 3, "mm-1")
+    later["status"]["inSync"] = ["mm-1", "mm-0"]
+    src.apply_event(PARTITIONS, "MODIFIED", later)
+    assert src.partitions()["p0"].in_sync == ("mm-1", "mm-0")
+    src.apply_event(MAP, "DELETED", configmap({}))
+    assert (src.partitions()["p0"].epoch, src.primary_of("p0")) == (3, "mm-1")
