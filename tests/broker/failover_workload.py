@@ -140,6 +140,19 @@ def check(
     }
 
 
+async def start_load(
+    bootstrap: str, partition: str, dest: str
+) -> tuple[ProducerLoad, ConsumerLoad, asyncio.Event, asyncio.Event, asyncio.Task[None], asyncio.Task[None]]:
+    """A producer ``fx`` on fixed ``partition`` and a consumer of ``dest``, both running: (load,
+    consumer, stop_producing, stop_consuming, consuming task, producing task)."""
+    load = ProducerLoad("fx", await Producer.connect(bootstrap, partition_type="fixed", partition=partition))
+    consumer = ConsumerLoad(await Consumer.connect(bootstrap, dest))
+    stop_producing, stop_consuming = asyncio.Event(), asyncio.Event()
+    consuming = asyncio.create_task(consumer.run(stop_consuming))
+    producing = asyncio.create_task(load.run(dest, stop_producing))
+    return load, consumer, stop_producing, stop_consuming, consuming, producing
+
+
 async def wait_consumed(producers: list[ProducerLoad], consumer: ConsumerLoad, within: float = 30) -> None:
     """Give the consumer up to ``within`` seconds to get every acknowledged message."""
     want = {f"{p.name}:{s}" for p in producers for s in p.acked}

@@ -7,10 +7,9 @@ import asyncio
 import urllib.request
 from pathlib import Path
 
-from failover_workload import ConsumerLoad, ProducerLoad, check, stop_all, until, wait_consumed
+from failover_workload import check, start_load, stop_all, until, wait_consumed
 
 from hybridmq.api.frames import PROTOCOL_VERSION, ErrorCode, FrameType
-from hybridmq.client import Consumer, Producer
 from hybridmq.local.runner import LocalCluster
 from hybridmq.protocol import RemoteError, open_connection
 
@@ -33,13 +32,10 @@ async def test_sigstop_primary_is_fenced_then_steps_down(tmp_path: Path) -> None
         fixed = cluster.table()["local-fixed-0"]
         victim = fixed.primary
         assert victim is not None
-        load = ProducerLoad(
-            "fx", await Producer.connect(cluster.bootstrap, partition_type="fixed", partition=fixed.name)
+        load, consumer, stop_producing, stop_consuming, consuming, task = await start_load(
+            cluster.bootstrap, fixed.name, DEST
         )
-        consumer = ConsumerLoad(await Consumer.connect(cluster.bootstrap, DEST))
-        stop_producing, stop_consuming = asyncio.Event(), asyncio.Event()
-        consuming = asyncio.create_task(consumer.run(stop_consuming))
-        producing = [asyncio.create_task(load.run(DEST, stop_producing))]
+        producing = [task]
         await asyncio.sleep(1.0)
 
         _signal(cluster, victim, "STOP")

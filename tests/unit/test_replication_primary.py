@@ -162,6 +162,14 @@ async def test_lease_loss_stops_writes_and_fails_pending_acks(tmp_path: Path) ->
         await pending
     response = await fetch(primary, "b", 0)
     assert response.error is ErrorCode.NOT_PRIMARY
+    # Renewed at the same epoch (nobody else was promoted): writes are taken again.
+    lease["valid"] = True
+    again = asyncio.create_task(primary.produce(b"r", 1, epoch=1))
+    await asyncio.sleep(0.02)
+    response = await fetch(primary, "b", primary.log.log_end_offset)
+    assert response.error is ErrorCode.NONE
+    result = await asyncio.wait_for(again, 5)
+    assert primary.high_watermark >= result.end_offset
 
 
 async def test_in_sync_changes_wait_for_commit(tmp_path: Path) -> None:

@@ -522,8 +522,15 @@ class PartitionHost:
         """Deliver what the links have credit for; True if anything was sent."""
         sent = False
         now = int(time.time() * 1000)
+        # A fenced primary cannot commit the records that count a delivery to a queue or durable
+        # subscription: handed out now, it would only be given back, counted, round after round,
+        # until ``max_redeliveries`` moved it to _DMQ without any consumer having seen it.
+        fenced = not self.leader.writable
         for state in list(self.states.values()):
             if not state.links:
+                continue
+            if fenced and state.persistent:
+                self._control_ready.set()  # its failed round waits for the lease, then wakes us
                 continue
             while True:
                 links = state.links_with_credit()
@@ -806,6 +813,7 @@ class PartitionHost:
                 self._committing = []
                 _refuse(replies, code or ErrorCode.INTERNAL, f"not committed: {exc}")
                 await asyncio.sleep(0.05)
+                await self._until_writable()  # fenced: ``pump`` waits too
                 self._wake()
                 continue
             self._committing = []
@@ -817,6 +825,14 @@ class PartitionHost:
             ]:
                 _send(conn, frame)
             self._wake()
+
+    async def _until_writable(self) -> None:
+        """Wait for the lease to be valid again (or the host to stop). Polled: validity is a
+        deadline on the clock and a table version, not an event anyone sets."""
+        for _ in itertools.count():
+            if not self.serving or self.leader.writable:
+                return
+            await asyncio.sleep(0.05)
 
     def refuse_ack_replies(self, code: ErrorCode, why: str) -> None:
         """Answer every acknowledgement waiting for a commit with an error (it may not be kept)."""

@@ -11,15 +11,18 @@ Lifecycle (the MM server drives it from its ``AssignmentSource``)::
     response = primary.handle_end_offset_for_epoch(request)     # a backup truncating
     snapshot = primary.handle_snapshot(request)                 # a new backup catching up
     primary.update_assignment(replicas=..., in_sync=..., min_in_sync=...)  # operator's decisions
-    primary.step_down("lease lost")                             # stop accepting writes now
+    primary.step_down("saw newer epoch 8")                      # stop accepting writes for good
     primary.tick()                                              # every ~lag_time/4: in-sync rule
 
 Rules:
 
 * Fencing: a produce or fetch whose epoch is older than ours is refused with
   ``FencedEpochError`` / ``ErrorCode.STALE_EPOCH``; a newer epoch means this primary is stale: it
-  steps down and answers ``NOT_PRIMARY``. Once stepped down (or while ``lease_valid()`` is false)
-  no write is accepted and pending acknowledgements fail with ``NotPrimaryError``.
+  steps down and answers ``NOT_PRIMARY``. Once stepped down no write is accepted again; while
+  ``lease_valid()`` is false none is accepted either (``NOT_PRIMARY``: the producers resend), and
+  pending acknowledgements fail with ``NotPrimaryError`` in both cases. A lapsed lease fences, it
+  does not step down: once renewed (the MM has applied the current table, so this epoch is still
+  the newest) the same primary takes writes again.
 * A produce is refused (``NotEnoughReplicasError``) while fewer than ``min_in_sync`` replicas
   (primary included; never capped at the replica count) are in sync, and acknowledged only once the
   high watermark covers it: ``HW = min(primary's durable offset, each in-sync backup's fetch
@@ -97,6 +100,7 @@ class PartitionPrimary:
         self._replicas: tuple[str, ...] = tuple(replicas)
         self._min_in_sync = min_in_sync
         self._stepped_down: str | None = None
+        self._fenced = False  # the lease lapsed: writes refused until it is renewed
         self._states: dict[str, ReplicaState] = {}
         self._hw_waiters: list[tuple[int, int, asyncio.Future[None]]] = []
         self._seq = itertools.count()
@@ -181,20 +185,33 @@ class PartitionPrimary:
         if self._stepped_down is not None:
             raise NotPrimaryError(f"{self.partition}: stepped down ({self._stepped_down})")
         if self._lease_valid is not None and not self._lease_valid():
-            self.step_down("lease lost")
-            raise NotPrimaryError(f"{self.partition}: lease lost")
+            # Fenced, not stepped down: the lease only comes back once the MM has applied the
+            # current table, so a renewed lease at this same epoch means nobody else was promoted
+            # (a newer epoch replaces this object); the partition must take writes again then.
+            if not self._fenced:
+                LOG.info("%s: primary at epoch %d fenced: lease lost", self.partition, self.epoch)
+                self._fenced = True
+            self._fail_waiters("lease lost")
+            raise NotPrimaryError(f"{self.partition}: lease lost (writes fenced until it is renewed)")
+        if self._fenced:
+            LOG.info("%s: primary at epoch %d: lease renewed, writes accepted", self.partition, self.epoch)
+            self._fenced = False
 
     def step_down(self, reason: str) -> None:
-        """Stop accepting writes and fail every pending acknowledgement (idempotent)."""
+        """Stop accepting writes for good and fail every pending acknowledgement (idempotent)."""
         if self._stepped_down is not None:
             return
         LOG.info("%s: primary at epoch %d steps down: %s", self.partition, self.epoch, reason)
         self._stepped_down = reason
+        self._fail_waiters(f"stepped down ({reason})")
+        self._data_event.set()
+
+    def _fail_waiters(self, why: str) -> None:
+        """Fail every pending acknowledgement: none may go out (the producers resend)."""
         waiters, self._hw_waiters = self._hw_waiters, []
         for _, _, future in waiters:
             if not future.done():
-                future.set_exception(NotPrimaryError(f"{self.partition}: stepped down ({reason})"))
-        self._data_event.set()
+                future.set_exception(NotPrimaryError(f"{self.partition}: {why}"))
 
     def close(self) -> None:
         """Detach from the log (the primary object is not used again)."""
@@ -293,6 +310,8 @@ class PartitionPrimary:
         if self._hw < offset:
             if self._stepped_down is not None:
                 raise NotPrimaryError(f"{self.partition}: stepped down ({self._stepped_down})")
+            if not self.writable:  # fenced: backups are refused, the HW cannot move
+                raise NotPrimaryError(f"{self.partition}: lease lost")
             future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             heapq.heappush(self._hw_waiters, (offset, next(self._seq), future))
             await future
@@ -309,7 +328,7 @@ class PartitionPrimary:
         if request_epoch > self.epoch:
             self.step_down(f"replica {replica_id} is at newer epoch {request_epoch}")
             return ErrorCode.NOT_PRIMARY
-        if self._stepped_down is not None:
+        if not self.writable:  # stepped down, or fenced until the lease is renewed
             return ErrorCode.NOT_PRIMARY
         if replica_id not in self._states:
             return ErrorCode.UNKNOWN_REPLICA
