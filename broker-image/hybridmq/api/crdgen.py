@@ -295,6 +295,13 @@ def brokercluster_crd() -> Schema:
                 "Seconds the last failover or handoff took, until every partition had a new primary.",
                 priority=1,
             ),
+            _column(
+                "Rolling",
+                "string",
+                '.status.conditions[?(@.type=="Rolling")].reason',
+                "Where the roll of the broker pods stands (Done when every pod runs the current spec).",
+                priority=1,
+            ),
             _column("Image", "string", ".spec.image", "Broker image.", priority=1),
             _AGE,
         ],
