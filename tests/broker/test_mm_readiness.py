@@ -1,5 +1,6 @@
-"""An MM's readiness means "caught up": a restarted MM given backups of partitions with a backlog is
-not Ready until the controller counts those copies in sync, then Ready.
+"""An MM's readiness means "caught up": a restarted MM (it comes back empty, so Ready) given backups
+of partitions with a backlog is not Ready until the controller counts those copies in sync, then
+Ready.
 
 2 MMs with the local controller, 2 fixed partitions with 2 replicas (minInSync 1, so writes go on
 while one MM is down). mm-1 is killed, 12 MB go to one partition meanwhile, mm-1 is started again

@@ -30,7 +30,7 @@ from hybridmq.broker.mm.handoff import hand_off
 from hybridmq.broker.mm.internal_log import open_internal_log
 from hybridmq.broker.mm.liveness import Liveness, NoLease
 from hybridmq.broker.mm.partition import PartitionHost
-from hybridmq.broker.mm.readiness import lagging
+from hybridmq.broker.mm.readiness import CatchUp
 from hybridmq.broker.mm.replica_manager import ReplicaManager
 from hybridmq.broker.mm.replica_transport import REPLICA_FRAMES
 from hybridmq.protocol import Connection, ProtocolError, read_frame
@@ -90,6 +90,7 @@ class MessageManager:
         self._log_events: LogEventBuffer | None = None
         self.log_host: PartitionHost | None = None
         self.listening = False
+        self.catch_up = CatchUp(config.name)
         # Only brokers connect to an MM: with TLS each must present a certificate of the cluster CA.
         self.tls = BrokerTls(config.tls_dir) if config.tls_dir else None
         if self.tls is not None:
@@ -101,8 +102,8 @@ class MessageManager:
 
     @property
     def ready(self) -> bool:
-        """The readiness probe: listening, and caught up with every partition it holds."""
-        return self.listening and not lagging(self.config.name, self.source.partitions())
+        """The readiness probe: listening, and caught up since its start (``readiness``)."""
+        return self.listening and self.catch_up.ready(self.source.partitions())
 
     @property
     def data_dir(self) -> Path:
