@@ -67,6 +67,22 @@ def test_the_highest_outdated_mm_is_marked_first_and_its_replicas_move_before_th
     assert (d.reason, d.delete) == (RESTARTING, "c-mm-2")
 
 
+def test_an_emptied_mm_waits_for_the_others_to_be_ready_and_in_sync_before_its_restart() -> None:
+    """The MMs that took its replicas may still be catching up: deleting it then would make two
+    MMs unavailable at once."""
+    emptied = [RollPartition(f"p{i}", ("c-mm-0", "c-mm-1"), ("c-mm-0", "c-mm-1")) for i in range(3)]
+    catching_up = [RollPod("c-mm-0", "mm", OLD, ready=True), RollPod("c-mm-1", "mm", NEW, ready=False)]
+    mms = [*catching_up, RollPod("c-mm-2", "mm", OLD, ready=True, marked=True)]
+    d = plan_roll(_inp(mms, _pods("cm", 1), emptied))
+    assert (d.reason, d.delete, d.mark) == (WAITING_FOR_READY, None, None) and "c-mm-1" in d.message
+    ready = [*mms[:1], replace(mms[1], ready=True), mms[2]]
+    behind = [*emptied[:2], RollPartition("p2", ("c-mm-0", "c-mm-1"), ("c-mm-0",))]
+    d = plan_roll(_inp(ready, _pods("cm", 1), behind))
+    assert (d.reason, d.delete) == (WAITING_FOR_IN_SYNC, None) and "p2" in d.message
+    d = plan_roll(_inp(ready, _pods("cm", 1), emptied))
+    assert (d.reason, d.delete) == (RESTARTING, "c-mm-2")
+
+
 def test_a_second_mm_is_never_touched_while_one_is_down() -> None:
     mms = [*_pods("mm", 2), RollPod("c-mm-2", "mm", NEW, ready=False)]
     d = plan_roll(_inp(mms, _pods("cm", 1), _spread(3)))

@@ -8,9 +8,11 @@ decides the same again), one step at a time:
 * MMs first, one at a time. The next MM is *marked*: the partition planner treats it as stopping
   and moves its replicas away, make-before-break (primaries handed to an in-sync copy at
   ``epoch + 1``; each replica replaced and dropped only once the replacement is in sync). Only
-  when no partition names it any more is its pod deleted, so a partition never loses an in-sync
-  copy to the roll. A new pod must be Ready (an MM is Ready once it caught up with what it holds)
-  and every partition fully in sync before the next MM is marked.
+  when no partition names it any more, every other MM is Ready and every partition in sync is its
+  pod deleted, so a partition never loses an in-sync copy to the roll and no second MM is down
+  meanwhile (the MMs that took its replicas may still be catching up). A new pod must be Ready
+  (an MM is Ready once it caught up with what it holds) and every partition fully in sync before
+  the next MM is marked.
 * Then CMs, one at a time: the next goes once every CM pod is Ready (clients reconnect to the
   others).
 * A pod of the old revision that is not Ready anyway (it crashes on the old spec, say) is
@@ -191,12 +193,11 @@ def _step_mm(
             named.setdefault(r, []).append(p.name)
         in_sync_on.update(p.in_sync)
     marked = next((p for p in mms.pods if p.marked and not p.deleting), None)
-    if marked is not None:
-        held = sorted(named.get(marked.name, ()), key=natural_key)
-        if not held:
-            return _restart(marked.name, f"restarting {marked.name} ({progress})", updated)
-        message = _moving(held, marked.name, progress)
+    if marked is not None and named.get(marked.name):
+        message = _moving(sorted(named[marked.name], key=natural_key), marked.name, progress)
         return RollDecision(True, MOVING_REPLICAS, message, pod=marked.name, updated=updated)
+    # Before a pod goes (the marked one once empty, or the next): every other MM Ready and every
+    # partition in sync. The MMs that took the marked one's replicas may still be catching up.
     behind = sorted((p.name for p in partitions if p.out_of_sync), key=natural_key)
     if mms.down or mms.missing > 0:
         return _while_down(mms, in_sync_on, behind, updated)
@@ -206,6 +207,8 @@ def _step_mm(
             f"partitions not in sync: {_shown(behind)} (copies behind on {_shown(lagging)}) ({progress})"
         )
         return RollDecision(True, WAITING_FOR_IN_SYNC, message, updated=updated)
+    if marked is not None:
+        return _restart(marked.name, f"restarting {marked.name} ({progress})", updated)
     nxt = max(mms.outdated, key=lambda p: natural_key(p.name))
     if not named.get(nxt.name) or len(mms.pods) == 1:
         return _restart(nxt.name, f"restarting {nxt.name} ({progress})", updated)
