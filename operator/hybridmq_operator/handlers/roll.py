@@ -128,6 +128,8 @@ async def reconcile_roll(
     decision = plan_roll(roll_input(snapshot, statefulsets, state, settings))
     if not decision.known:
         return None
-    step = await asyncio.to_thread(take_step, settings.namespace, decision, snapshot)
+    step = None
+    if decision.mark is not None or decision.delete is not None:
+        step = await asyncio.to_thread(take_step, settings.namespace, decision, snapshot)
     reporter.report(ref, decision, step)
     return decision
