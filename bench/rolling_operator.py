@@ -32,6 +32,7 @@ from operator_harness import (  # noqa: E402
     OperatorProcess,
     apply_crds,
     forget_cluster_ca,
+    pod_ip_broker_command,
     sample_cluster,
     teardown,
     trust_cluster_ca,
@@ -124,7 +125,8 @@ def run_operator(args: argparse.Namespace) -> dict[str, object]:
     try:
         apply_crds(cluster)
         cluster.create_namespace(ns)
-        op = OperatorProcess(cluster, ns, broker="real").start()
+        command = {"HYBRIDMQ_BROKER_COMMAND": pod_ip_broker_command()}
+        op = OperatorProcess(cluster, ns, broker="real", extra_env=command).start()
         body = sample_cluster(CLUSTER, ns, mms=MMS, cms=1, fixed=args.partitions)
         body["spec"]["partitions"]["onDemand"]["perMessageManager"] = 0
         kube.create(body)

@@ -1,8 +1,7 @@
 """Health-gated rolling restarts by the operator, with the real brokers on the local cluster.
 
-One BrokerCluster of 3 real MMs and 1 CM (pods of the local cluster share the host's ports, so one
-CM; fixed partitions with 2 replicas; a 90 s lease so that a frozen MM stays a member while it falls
-behind). In order:
+One BrokerCluster of 3 real MMs and 1 CM (on its pod IP: ``pod_ip_broker.py``), fixed partitions
+with 2 replicas, a 90 s lease so that a frozen MM stays a member while it falls behind. In order:
 
 1. ``hybridmq.io/restartedAt`` on the BrokerCluster rolls every broker pod while producers send to
    every fixed partition (through the MMs' part of the roll: the CM, restarted last, comes back on
@@ -42,6 +41,7 @@ from operator_harness import (
     OperatorProcess,
     apply_crds,
     forget_cluster_ca,
+    pod_ip_broker_command,
     sample_cluster,
     teardown,
     trust_cluster_ca,
@@ -179,7 +179,9 @@ def env(local_cluster: LocalCluster) -> Iterator[tuple[Kube, OperatorProcess, Po
     ns = f"roll-{uuid.uuid4().hex[:5]}"
     local_cluster.create_namespace(ns)
     kube = Kube(local_cluster, ns)
-    op = OperatorProcess(local_cluster, ns, broker="real").start()
+    command = {"HYBRIDMQ_BROKER_COMMAND": pod_ip_broker_command()}
+    op = OperatorProcess(local_cluster, ns, broker="real", extra_env=command)
+    op.start()
     body = sample_cluster(CLUSTER, ns, mms=MMS, cms=CMS, fixed=FIXED)
     body["spec"]["failureDetection"] = {"leaseDurationSeconds": 90, "renewIntervalMilliseconds": 250}
     kube.create(body)
