@@ -34,6 +34,13 @@ def test_a_statefulset_not_yet_observed_has_no_revision_to_trust() -> None:
     assert role_target(None, 3).revision is None
 
 
+def test_mms_a_scale_down_evacuates_are_not_rolled_unless_it_is_refused() -> None:
+    sts = {"metadata": {"generation": 1}, "spec": {"replicas": 3}, "status": {"observedGeneration": 1}}
+    assert role_target(sts, 1).replicas == 1  # the two others are leaving
+    assert role_target(sts, 1, keep_all=True).replicas == 3  # refused: they stay, they are rolled
+    assert role_target(sts, 5).replicas == 3  # growing: the StatefulSet has what it has
+
+
 def test_pods_are_read_with_revision_readiness_and_the_roll_mark() -> None:
     pod = roll_pod("c-mm-1", "mm", _pod("c-mm-1", "r1", **{"hybridmq.io/roll": "moving-replicas"}))
     assert (pod.revision, pod.ready, pod.marked, pod.deleting) == ("r1", True, True, False)

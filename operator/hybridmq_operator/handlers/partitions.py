@@ -286,7 +286,9 @@ async def reconcile_round(
     roll = None
     if statefulsets_index is not None:
         sets = indexes.values(statefulsets_index, key)
-        roll = await reconcile_roll(snapshot, sets, state, settings, rec.roll, cluster_ref(body))
+        roll = await reconcile_roll(
+            snapshot, sets, state, settings, rec.roll, cluster_ref(body), block is not None
+        )
     await rec.status.write(body, snapshot, state, settings, block, now, rec.failovers, roll)
     return result
 

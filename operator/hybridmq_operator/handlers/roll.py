@@ -34,14 +34,17 @@ from hybridmq_operator.settings import ClusterSettings
 Body = Mapping[str, Any]
 
 
-def role_target(sts: Body | None, replicas: int) -> RoleTarget:
-    """The revision a StatefulSet wants its pods at; None until its controller observed its spec."""
+def role_target(sts: Body | None, replicas: int, keep_all: bool = False) -> RoleTarget:
+    """The revision a StatefulSet wants its pods at (None until its controller observed its spec)
+    and how many pods to roll: ``replicas``, the desired count (MMs above it are being evacuated
+    by a scale-down), or every pod the StatefulSet keeps (``keep_all``: a refused scale-down)."""
     if sts is None:
         return RoleTarget(replicas, None)
-    meta, status = sts.get("metadata") or {}, sts.get("status") or {}
+    meta, spec, status = sts.get("metadata") or {}, sts.get("spec") or {}, sts.get("status") or {}
     observed = int(status.get("observedGeneration") or 0) >= int(meta.get("generation") or 0)
     revision = status.get("updateRevision") if observed else None
-    return RoleTarget(replicas, str(revision) if revision else None)
+    kept = int(spec.get("replicas") or replicas)
+    return RoleTarget(kept if keep_all else min(replicas, kept), str(revision) if revision else None)
 
 
 def roll_pod(name: str, role: str, pod: Body) -> RollPod:
@@ -57,11 +60,19 @@ def roll_pod(name: str, role: str, pod: Body) -> RollPod:
 
 
 def roll_input(
-    snapshot: observe.Snapshot, statefulsets: Iterable[Body], state: ClusterState, settings: ClusterSettings
+    snapshot: observe.Snapshot,
+    statefulsets: Iterable[Body],
+    state: ClusterState,
+    settings: ClusterSettings,
+    scale_down_refused: bool = False,
 ) -> RollInput:
     by_name = {str((s.get("metadata") or {}).get("name")): s for s in statefulsets}
     targets = {
-        role: role_target(by_name.get(names.statefulset_name(settings.name, role)), replicas)
+        role: role_target(
+            by_name.get(names.statefulset_name(settings.name, role)),
+            replicas,
+            role == ROLE_MM and scale_down_refused,
+        )
         for role, replicas in ((ROLE_MM, settings.mm_replicas), (ROLE_CM, settings.cm_replicas))
     }
     pods = [roll_pod(n, role, p) for role in (ROLE_MM, ROLE_CM) for n, p in snapshot.pods_of(role).items()]
@@ -123,9 +134,10 @@ async def reconcile_roll(
     settings: ClusterSettings,
     reporter: RollReporter,
     ref: Mapping[str, Any],
+    scale_down_refused: bool = False,
 ) -> RollDecision | None:
     """One step of the roll; the decision for the status (None: not known this round)."""
-    decision = plan_roll(roll_input(snapshot, statefulsets, state, settings))
+    decision = plan_roll(roll_input(snapshot, statefulsets, state, settings, scale_down_refused))
     if not decision.known:
         return None
     step = None
