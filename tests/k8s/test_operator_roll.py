@@ -1,14 +1,15 @@
 """Health-gated rolling restarts by the operator, with the real brokers on the local cluster.
 
-One BrokerCluster of 3 real MMs and 1 CM (on its pod IP: ``pod_ip_broker.py``), fixed partitions
-with 2 replicas, a 90 s lease so that a frozen MM stays a member while it falls behind. In order:
+One BrokerCluster of 3 real MMs and 2 CMs (each on its pod IP: ``pod_ip_broker.py``), fixed
+partitions with 2 replicas, a 90 s lease so that a frozen MM stays a member while it falls behind.
+In order:
 
 1. ``hybridmq.io/restartedAt`` on the BrokerCluster rolls every broker pod while producers send to
-   every fixed partition (through the MMs' part of the roll: the CM, restarted last, comes back on
-   a new pod IP its clients never knew): the test's own watch of the pods sees at most one MM pod
-   unavailable at any instant, every pod is replaced once, a consumer reading afterwards gets every
-   acknowledged message, and ``Rolling`` ends ``Done`` with ``status.roll`` counting every pod and
-   Events naming the steps.
+   every fixed partition and a consumer reads (clients move to the other CM while one restarts):
+   the test's own watch of the pods sees at most one MM and one CM pod unavailable at any instant,
+   every pod is replaced once, every send is acknowledged and every acknowledged message consumed,
+   and ``Rolling`` ends ``Done`` with ``status.roll`` counting every pod and Events naming the
+   steps.
 2. With a backup MM frozen (SIGSTOP) until a partition it backs is out of sync, a new restart
    request waits: ``Rolling`` says ``WaitingForInSync`` naming the partition, and no pod is marked or
    deleted; once the MM thaws the roll completes.
@@ -54,7 +55,7 @@ from localcluster import LocalCluster
 pytestmark = pytest.mark.cluster
 
 CLUSTER = "roll"
-MMS, CMS, FIXED = 3, 1, 3
+MMS, CMS, FIXED = 3, 2, 3
 DEST = "queue:roll"
 ROLL_TIMEOUT_S = 420  # three MMs moved off and restarted, two CMs, on 2 shared cores
 RESTART = "hybridmq.io/restartedAt"
@@ -188,9 +189,9 @@ def env(local_cluster: LocalCluster) -> Iterator[tuple[Kube, OperatorProcess, Po
     pods = PodWatch(kube).start()
     try:
         wait_for(lambda: len(kube.ready_pods("mm")) == MMS or None, 240, "3 real MMs Ready")
-        wait_for(lambda: len(kube.ready_pods("cm")) == CMS or None, 240, "the real CM Ready")
+        wait_for(lambda: len(kube.ready_pods("cm")) == CMS or None, 240, "2 real CMs Ready")
         wait_for(lambda: in_sync(kube), 120, "every fixed partition with 2 in-sync replicas")
-        wait_for(lambda: roll_done(kube), 60, "Rolling=False (Done) on the new cluster")
+        wait_for(lambda: roll_done(kube), 180, "Rolling=False (Done) on the new cluster")
         trust_cluster_ca(kube, CLUSTER, local_cluster.directory)
         yield kube, op, pods
     finally:
@@ -226,9 +227,10 @@ async def _roll_under_load(kube: Kube, pods: PodWatch) -> dict[str, int]:
         )
         for i in range(FIXED)
     ]
+    consumer = ConsumerLoad(await Consumer.connect(bootstrap, DEST))
     stop_producing, stop_consuming = asyncio.Event(), asyncio.Event()
+    consuming = asyncio.create_task(consumer.run(stop_consuming))
     producing = [asyncio.create_task(p.run(DEST, stop_producing, window=8, pause=0.01)) for p in loads]
-    consumer: ConsumerLoad | None = None
     try:
         await asyncio.sleep(2.0)
         assert all(p.acked for p in loads), [(p.name, p.failed[:2]) for p in loads]
@@ -236,32 +238,28 @@ async def _roll_under_load(kube: Kube, pods: PodWatch) -> dict[str, int]:
         pods.reset()
         started = time.monotonic()
         request_restart(kube)
-        await asyncio.to_thread(wait_for, lambda: rolling(kube).get("status") == "True", 60, "Rolling=True")
-        # The last MM replaced: the CM goes only once it is Ready and in sync, seconds from now.
+        await asyncio.to_thread(wait_for, lambda: rolling(kube).get("status") == "True", 180, "Rolling=True")
         await asyncio.to_thread(
             wait_for, lambda: mms_updated(kube) == MMS, ROLL_TIMEOUT_S, "every MM replaced"
         )
         mms_done = time.monotonic()
-        await stop_all(stop_producing, producing)
         await asyncio.to_thread(wait_for, lambda: roll_done(kube), ROLL_TIMEOUT_S, "the roll Done")
         took = time.monotonic() - started
-        after = uids_now(kube)
-        assert all(after[n] != uid for n, uid in before.items()), (before, after)
-        consumer = ConsumerLoad(await Consumer.connect(cm_bootstrap(kube), DEST))
-        consuming = asyncio.create_task(consumer.run(stop_consuming))
+        await asyncio.sleep(2.0)
+        await stop_all(stop_producing, producing)
         await wait_consumed(loads, consumer, within=90)
         await stop_all(stop_consuming, [consuming])
+        after = uids_now(kube)
+        assert all(after[n] != uid for n, uid in before.items()), (before, after)
         figures = check(loads, consumer)
         for load in loads:
             assert not load.failed, (load.name, load.failed[:3])
-            halfway = started + (mms_done - started) / 2
-            assert load.acked_after(halfway) > 0, (
-                f"{load.name} acked nothing in the second half of the MM roll"
-            )
+            assert load.acked_after(started + (mms_done - started) / 2) > 0, f"{load.name}: no ack mid-roll"
+            assert load.acked_after(started + took) > 0, f"{load.name}: no ack after the CMs' roll"
         print(f"\nroll under load: {took:.1f} s (MMs {mms_done - started:.1f} s), {figures}")
         return figures
     finally:
-        for client in [*(p.producer for p in loads), *([consumer.consumer] if consumer else [])]:
+        for client in [*(p.producer for p in loads), consumer.consumer]:
             try:
                 await asyncio.wait_for(client.close(), 5)
             except Exception:
@@ -305,14 +303,14 @@ def test_a_roll_waits_while_a_partition_is_out_of_sync_and_says_which(
         asyncio.run(_send_some(kube, name))
         wait_for(
             lambda: backup not in (fixed_status(kube)[name].get("inSync") or [backup]),
-            60,
+            120,
             f"{backup} out of sync on {name}",
         )
         before = uids_now(kube)
         request_restart(kube)
         wait_for(
             lambda: rolling(kube).get("reason") == "WaitingForInSync" and name in rolling(kube)["message"],
-            60,
+            180,
             f"Rolling=WaitingForInSync naming {name}",
         )
         time.sleep(8)  # long enough for the operator to act, were it to go on
