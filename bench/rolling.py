@@ -25,7 +25,10 @@ Appends one JSON line to ``bench/results/rolling.jsonl``; the last line of the o
 ``failed_sends=… lost=… max_stall_ms=… p99_ms_during=… p99_ms_before=… max_stall_ms_kill=…
 unconsumed=… failovers_while_reading=… dmq=…``.
 
-    .venv/bin/python bench/rolling.py [--partitions 3] [--rate 100] [--before 3]
+``--operator``: the roll done by the operator on the local Kubernetes cluster, triggered by the
+restart annotation (``rolling_operator.py``); same figures, no kill phase.
+
+    .venv/bin/python bench/rolling.py [--partitions 3] [--rate 100] [--before 3] [--operator]
 """
 
 from __future__ import annotations
@@ -108,6 +111,32 @@ class SteadyProducer:
             for s in self.sent.values()
             if since <= s.at < until
         ]
+
+
+async def steady_producers(bootstrap: str, partitions: list[str], rate: float) -> list[SteadyProducer]:
+    """One steady producer per fixed partition, each send on its own (no linger)."""
+    return [
+        SteadyProducer(
+            f"p{i}",
+            await Producer.connect(
+                bootstrap, partition_type="fixed", partition=name, linger_ms=0, delivery_timeout=60
+            ),
+            rate,
+        )
+        for i, name in enumerate(partitions)
+    ]
+
+
+async def steady_load(
+    bootstrap: str, partitions: list[str], rate: float, before: float
+) -> tuple[list[SteadyProducer], asyncio.Event, list[asyncio.Task[None]], float]:
+    """Steady producers running for ``before`` seconds: (producers, stop, their tasks, start)."""
+    producers = await steady_producers(bootstrap, partitions, rate)
+    stop = asyncio.Event()
+    tasks = [asyncio.create_task(p.run(stop)) for p in producers]
+    t0 = asyncio.get_running_loop().time()
+    await asyncio.sleep(before)
+    return producers, stop, tasks, t0
 
 
 async def consume_all(bootstrap: str, want: set[str], idle: float) -> dict[tuple[str, int], str]:
@@ -209,25 +238,8 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
         with cluster:
             await settle(cluster)
             names = sorted(cluster.table())
-            producers = [
-                SteadyProducer(
-                    f"p{i}",
-                    await Producer.connect(
-                        cluster.bootstrap,
-                        partition_type="fixed",
-                        partition=name,
-                        linger_ms=0,
-                        delivery_timeout=60,
-                    ),
-                    args.rate,
-                )
-                for i, name in enumerate(names)
-            ]
+            producers, stop, tasks, t0 = await steady_load(cluster.bootstrap, names, args.rate, args.before)
             loop = asyncio.get_running_loop()
-            stop = asyncio.Event()
-            tasks = [asyncio.create_task(p.run(stop)) for p in producers]
-            t0 = loop.time()
-            await asyncio.sleep(args.before)
             roll_start = loop.time()
             handoff_s: list[float] = []
             for mm in cluster.mm_names:
@@ -281,10 +293,20 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=3, help="fixed partitions (2 replicas each)")
     parser.add_argument("--rate", type=float, default=100.0, help="messages a second per producer")
     parser.add_argument("--before", type=float, default=3.0, help="seconds of steady load before the roll")
+    parser.add_argument(
+        "--operator",
+        action="store_true",
+        help="the roll done by the operator on the local Kubernetes cluster (restart annotation)",
+    )
     args = parser.parse_args()
     install_uvloop()
     load_before = _results.load_average()
-    result = asyncio.run(run(args))
+    if args.operator:
+        from rolling_operator import run_operator
+
+        result = run_operator(args)
+    else:
+        result = asyncio.run(run(args))
     keys = (
         "failed_sends",
         "lost",
@@ -297,7 +319,7 @@ def main() -> None:
         "dmq",
     )
     figures = {"host": platform.node(), "partitions": args.partitions, "rate": args.rate, **result}
-    _results.append("rolling", figures, {k: figures[k] for k in keys}, load_before)
+    _results.append("rolling", figures, {k: figures[k] for k in keys if k in figures}, load_before)
 
 
 if __name__ == "__main__":

@@ -172,13 +172,14 @@ def json_patch(
     return _check(resp)
 
 
-def delete(api_version: str, kind: str, namespace: str | None, name: str) -> bool:
-    """Delete (background propagation); False when it was already gone."""
-    resp = client().delete(
-        **_url(api_version, PLURALS[kind], namespace, name),
-        data=json.dumps({"propagationPolicy": "Background"}),
-    )
-    if resp.status_code == 404:
+def delete(api_version: str, kind: str, namespace: str | None, name: str, uid: str | None = None) -> bool:
+    """Delete (background propagation); False when it was already gone. With ``uid``, only that
+    object: a successor of the same name (a StatefulSet's new pod) is left alone."""
+    options: dict[str, Any] = {"propagationPolicy": "Background"}
+    if uid:
+        options["preconditions"] = {"uid": uid}
+    resp = client().delete(**_url(api_version, PLURALS[kind], namespace, name), data=json.dumps(options))
+    if resp.status_code == 404 or (uid and resp.status_code == 409):
         return False
     _check(resp)
     return True

@@ -33,6 +33,14 @@ LABEL_PARTITION_TYPE: Final = "hybridmq.io/partition-type"
 ANNOTATION_CONFIG_DIGEST: Final = "hybridmq.io/config-digest"
 # On a MM Lease: JSON report of what the MM holds (partition -> role, epoch, log end, backlog, ...).
 ANNOTATION_LEASE_REPORT: Final = "hybridmq.io/report"
+# On a BrokerCluster (copied into both pod templates): a restart request, like `kubectl rollout
+# restart`; any new value rolls every broker pod.
+ANNOTATION_RESTARTED_AT: Final = "hybridmq.io/restartedAt"
+# On an MM pod, set by the roll: its replicas are moved off before the pod is deleted.
+ANNOTATION_ROLL: Final = "hybridmq.io/roll"
+ROLL_MOVING_REPLICAS: Final = "moving-replicas"
+# The StatefulSet controller's label naming the revision a pod was created from.
+LABEL_REVISION: Final = "controller-revision-hash"
 
 # The finalizer that keeps a Partition until no live MM holds its data any more.
 PARTITION_FINALIZER: Final = "hybridmq.io/partition-data"

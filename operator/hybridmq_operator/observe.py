@@ -124,12 +124,15 @@ def observe_mm(
     had_lease: bool = False,
     accounted: bool = True,
     domain: str | None = None,
+    roll_marked: bool = False,
 ) -> MessageManager:
     """One MM as the planner sees it. ``first_seen_lost`` remembers losses without a timestamp;
     ``lease`` must be the pod's own (``incarnations.own_lease``); ``holds_replicas``: a Partition
     names the MM; ``replaced``: the Lease under its name belongs to an earlier pod; ``had_lease``:
     the operator accounted for a Lease of this pod before; ``accounted``: the operator knows the
-    process behind the pod (``incarnations.known``), else the MM gets no new replicas."""
+    process behind the pod (``incarnations.known``), else the MM gets no new replicas;
+    ``roll_marked``: the roll chose this MM next (``marked_for_roll``): while alive it counts as
+    stopping, so its replicas move away before the roll deletes its pod."""
     reason: str | None = None
     since: datetime | None = None
     if pod is None:
@@ -160,12 +163,15 @@ def observe_mm(
     if reason is None and restarted:
         # A new MM process behind the same name: what the old one held in memory is gone.
         reason, since = "message manager restarted", lease_acquired(lease) if lease else None
+    if reason is None and roll_marked:
+        stopping = True
     started = pod is not None and container_running(pod)
     if reason is None and holds_replicas and lease is None and (replaced or not started):
         # Not the process the partitions were assigned to: that one went with the old pod.
         reason = "pod replaced"
     if reason is None and holds_replicas and lease is None and had_lease:
         reason = "lease lost"
+    stopping = stopping and reason is None
     seen = first_seen_lost.get(name) if first_seen_lost is not None else None
     # Timestamps in metadata have a 1 s resolution; our own sighting is sharper when it is close.
     if (
@@ -188,6 +194,12 @@ def observe_mm(
         accounted=accounted,
         domain=domain,
     )
+
+
+def marked_for_roll(pod: Body | None) -> bool:
+    """The roll chose this MM pod next: its replicas move off before it is deleted."""
+    annotations = _meta(pod or {}).get("annotations") or {}
+    return annotations.get(names.ANNOTATION_ROLL) == names.ROLL_MOVING_REPLICAS
 
 
 def parse_partition(body: Body) -> Partition | None:
@@ -334,6 +346,7 @@ def cluster_state(
             # Brokers that renew Leases (any MM shows one): a pod is known by its own Lease only.
             accounted=incarnations.known(leases.get(mm), recorded, mm) if all_leases else True,
             domain=failure_domain(pods.get(mm), node_labels, cluster.spec.message_managers.topology_key),
+            roll_marked=marked_for_roll(pods.get(mm)),
         )
         for mm in mm_names(snapshot, parsed)
     )

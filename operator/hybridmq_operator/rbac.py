@@ -30,8 +30,9 @@ OPERATOR_RULES: list[dict[str, Any]] = [
         "resources": [names.PARTITION_PLURAL],
         "verbs": ["get", "list", "watch", "create", "patch", "delete"],
     },
-    # What the operator watches to detect MM loss.
-    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+    # What the operator watches to detect MM loss; the roll marks the next MM (patch) and deletes
+    # one outdated pod at a time.
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "patch", "delete"]},
     # The nodes MM pods run on: their topologyKey label is the MMs' failure domain.
     {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
     # Leases: watched for MM liveness; get/create/update/patch only because the operator creates
@@ -47,7 +48,12 @@ OPERATOR_RULES: list[dict[str, Any]] = [
         "resources": ["services", "configmaps", "serviceaccounts"],
         "verbs": ["get", "create", "patch"],
     },
-    {"apiGroups": ["apps"], "resources": ["statefulsets"], "verbs": ["get", "create", "patch"]},
+    # list/watch: the roll reads their updateRevision.
+    {
+        "apiGroups": ["apps"],
+        "resources": ["statefulsets"],
+        "verbs": ["get", "list", "watch", "create", "patch"],
+    },
     {
         "apiGroups": ["networking.k8s.io"],
         "resources": ["networkpolicies"],

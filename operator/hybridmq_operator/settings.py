@@ -7,7 +7,9 @@ and bounds are the same as the API server's. Two knobs are not part of the spec:
 * ``$HYBRIDMQ_BROKER_COMMAND``: the broker command the pods run before their role argument
   (default ``hybridmq``; tests and development point it at a stand-in);
 * the annotation ``hybridmq.io/storage: ephemeral`` puts MM data on an emptyDir instead of a
-  volumeClaimTemplate (clusters without a storage provisioner, like Strimzi's ephemeral storage).
+  volumeClaimTemplate (clusters without a storage provisioner, like Strimzi's ephemeral storage);
+* the annotation ``hybridmq.io/restartedAt`` (any value, e.g. a timestamp) goes into both pod
+  templates: a new value rolls every broker pod (``kubectl rollout restart`` for a BrokerCluster).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hybridmq.api.resources import BrokerCluster, ResourceRequirements
+from hybridmq_operator import names
 
 DEFAULT_IMAGE = "ghcr.io/hybridmq/broker:0.1.0"
 STORAGE_ANNOTATION = "hybridmq.io/storage"
@@ -58,6 +61,7 @@ class ClusterSettings:
     lease_renew_milliseconds: int = 250
     auth: Mapping[str, Any] = field(default_factory=dict)
     tls: Mapping[str, Any] = field(default_factory=dict)
+    restarted_at: str | None = None  # the restart request (annotation hybridmq.io/restartedAt)
 
     @property
     def lease_renew_seconds(self) -> float:
@@ -95,4 +99,5 @@ class ClusterSettings:
             lease_renew_milliseconds=spec.failure_detection.renew_interval_milliseconds,
             auth=spec.auth.model_dump(exclude_none=True),
             tls=spec.tls.model_dump(exclude_none=True),
+            restarted_at=annotations.get(names.ANNOTATION_RESTARTED_AT),
         )

@@ -158,17 +158,18 @@ def test_scale_down_below_min_in_sync_is_refused(kube: Kube, cluster: str, opera
     )
     wait_for(lambda: any(e.reason == "ScaleDownBlocked" for e in cluster_events(kube, cluster)), 30, "event")
 
-    # The config change rolls the pods; once they are back nothing is evacuated. Back means the
-    # roll is over (`kubectl rollout status`): three Ready MMs are also seen between two restarts,
-    # and a roll still going on made the next tests see its failovers.
+    # The config change rolls the pods (all three: the scale-down is refused); once they are back
+    # nothing is evacuated. Back means the operator's roll is over (`Rolling` Done): three Ready
+    # MMs are also seen between two restarts, and a roll still going on made the next tests see
+    # its failovers.
     def rolled_out() -> bool:
         sts = kube.apps.read_namespaced_stateful_set(f"{cluster}-mm", kube.namespace)
         st = sts.status
         return bool(
             sts.metadata.generation > generation
             and st.observed_generation == sts.metadata.generation
-            and st.current_revision == st.update_revision
             and st.updated_replicas == st.ready_replicas == MMS
+            and conditions(kube, cluster).get("Rolling", {}).get("reason") == "Done"
         )
 
     wait_for(rolled_out, 180, "the MMs' roll finished")

@@ -352,7 +352,7 @@ EXPECTED_NAMESPACED: dict[tuple[str, str], tuple[str, ...]] = {
     ("", "services"): _ALL,
     ("", "configmaps"): _ALL,
     ("", "serviceaccounts"): _ALL,
-    ("", "pods"): ("get", "list", "watch", "delete"),
+    ("", "pods"): ("get", "list", "watch", "patch", "delete"),
     ("policy", "poddisruptionbudgets"): _ALL,
     ("rbac.authorization.k8s.io", "roles"): _ALL,
     ("rbac.authorization.k8s.io", "rolebindings"): _ALL,

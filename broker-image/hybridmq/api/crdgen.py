@@ -295,6 +295,13 @@ _BROKERCLUSTER = _Resource(
             "Seconds the last failover or handoff took, until every partition had a new primary.",
             1,
         ),
+        (
+            "Rolling",
+            "string",
+            _condition("Rolling", "reason"),
+            "Where the roll of the broker pods stands (Done when every pod runs the current spec).",
+            1,
+        ),
         ("Image", "string", ".spec.image", "Broker image.", 1),
     ),
 )

@@ -492,6 +492,16 @@ class ClusterFailover(_Model):
     offline: int = Field(default=0, ge=0, description="Partitions left without an in-sync replica.")
 
 
+class RollProgress(_Model):
+    """Where a roll of the broker pods (a new pod template) stands."""
+
+    pod: str | None = Field(default=None, description="The pod the roll is at (unset: none).")
+    message_managers_updated: int = Field(default=0, ge=0, description="MM pods at the current revision.")
+    message_managers: int = Field(default=0, ge=0)
+    connection_managers_updated: int = Field(default=0, ge=0, description="CM pods at the current revision.")
+    connection_managers: int = Field(default=0, ge=0)
+
+
 class BrokerClusterStatus(_Model):
     observed_generation: int | None = Field(default=None, ge=0)
     conditions: list[Condition] = Field(
@@ -515,6 +525,7 @@ class BrokerClusterStatus(_Model):
     last_failover_seconds: float | None = Field(
         default=None, ge=0, description="Duration of the last completed failover or handoff."
     )
+    roll: RollProgress | None = Field(default=None, description="Progress of the broker pods' roll.")
 
     def broker_entries(self) -> list[BrokerEntry]:
         return [b.to_entry() for b in self.brokers]

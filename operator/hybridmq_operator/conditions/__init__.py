@@ -6,6 +6,7 @@ from hybridmq_operator.conditions import (
     domain_spread,
     partitions_available,
     ready,
+    rolling,
     scale_down,
 )
 from hybridmq_operator.conditions.model import (
@@ -26,13 +27,14 @@ __all__ = [
     "merge_conditions",
     "partitions_available",
     "ready",
+    "rolling",
     "scale_down",
 ]
 
 
 def cluster_conditions(obs: ClusterObservation, on_demand_expected: bool = True) -> list[Condition]:
     """The conditions of ``BrokerCluster.status``: Ready, PartitionsAvailable, Degraded,
-    ReplicasSpreadAcrossDomains, and ScaleDownBlocked while a scale-down is refused."""
+    ReplicasSpreadAcrossDomains, ScaleDownBlocked while a scale-down is refused, and Rolling."""
     out = [
         ready.evaluate(obs, on_demand_expected),
         partitions_available.evaluate(obs, on_demand_expected),
@@ -44,4 +46,7 @@ def cluster_conditions(obs: ClusterObservation, on_demand_expected: bool = True)
     blocked = scale_down.evaluate(obs)
     if blocked is not None:
         out.append(blocked)
+    roll = rolling.evaluate(obs)
+    if roll is not None:
+        out.append(roll)
     return out

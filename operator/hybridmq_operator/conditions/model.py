@@ -63,6 +63,8 @@ class ClusterObservation:
     oversize_reports: tuple[tuple[str, int], ...] = ()
     # Whether every fixed partition's replicas are in different failure domains (None: not known).
     domain_spread: DomainSpread | None = None
+    # The roll of the broker pods (the ``Rolling`` condition), None until it is known.
+    rolling: Condition | None = None
 
 
 def merge_conditions(

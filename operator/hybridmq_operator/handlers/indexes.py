@@ -65,6 +65,14 @@ def mm_leases(
     return {(namespace or "", labels[names.LABEL_CLUSTER]): _copy(body)}
 
 
+@kopf.index("apps", "v1", "statefulsets", labels=_BROKER_PODS)
+def broker_statefulsets(
+    *, namespace: str | None, labels: Mapping[str, str], body: kopf.Body, **_: Any
+) -> dict[Key, Any]:
+    """The CM and MM StatefulSets: their ``updateRevision`` tells the roll which pods are outdated."""
+    return {(namespace or "", labels[names.LABEL_CLUSTER]): _copy(body)}
+
+
 @kopf.index(names.GROUP, names.VERSION, names.PARTITION_PLURAL)
 def cluster_partitions(
     *, namespace: str | None, spec: kopf.Spec, body: kopf.Body, **_: Any

@@ -36,6 +36,7 @@ from hybridmq_operator import failover_history, incarnations, index_sync, kube, 
 from hybridmq_operator.apply import Outcome, apply_plan, status_json, writer_pool
 from hybridmq_operator.assignment_map import MapStore, MapTooLarge
 from hybridmq_operator.handlers import indexes
+from hybridmq_operator.handlers.roll import RollReporter, reconcile_roll
 from hybridmq_operator.handlers.scale_down import reconcile_scale_down
 from hybridmq_operator.handlers.status import StatusWriter, cluster_ref
 from hybridmq_operator.nodes import NodeLabels
@@ -105,6 +106,8 @@ class Reconciler:
         # When each Partition's status was last written (time.monotonic()): figure-only updates
         # wait their turn (``hybridmq.planner.figures``).
         self.status_written: dict[str, float] = {}
+        self.roll = RollReporter()
+        self.statefulsets_index: kopf.Index[indexes.Key, Any] | None = None
 
     def record_failovers(
         self, body: Mapping[str, Any], state: Any, records: list[tuple[str, FailoverRecord]], now: datetime
@@ -293,6 +296,7 @@ async def reconcile_round(
     leases_index: kopf.Index[indexes.Key, Any],
     partitions_index: kopf.Index[indexes.Key, Any],
     logger: Any,
+    statefulsets_index: kopf.Index[indexes.Key, Any] | None = None,
 ) -> Plan:
     key = (rec.namespace, rec.name)
     settings = ClusterSettings.from_body(body)
@@ -379,7 +383,13 @@ async def reconcile_round(
         # The failovers of restarted MMs are applied: their new processes are accounted for.
         await asyncio.to_thread(_record_incarnations, rec, snapshot)
     block = await reconcile_scale_down(snapshot, state, settings, result, logger)
-    await rec.status.write(body, snapshot, state, settings, block, now, rec.failovers)
+    roll = None
+    if statefulsets_index is not None:
+        sets = indexes.values(statefulsets_index, key)
+        roll = await reconcile_roll(
+            snapshot, sets, state, settings, rec.roll, cluster_ref(body), block is not None
+        )
+    await rec.status.write(body, snapshot, state, settings, block, now, rec.failovers, roll)
     return result
 
 
@@ -400,7 +410,8 @@ async def reconcile_partitions(
     logger: logging.Logger | logging.LoggerAdapter[Any],
     **kwargs: Any,
 ) -> None:
-    """``kwargs`` carries the indexes ``broker_pods``, ``mm_leases`` and ``cluster_partitions``."""
+    """``kwargs`` carries the indexes ``broker_pods``, ``mm_leases``, ``cluster_partitions`` and
+    ``broker_statefulsets``."""
     namespace = namespace or "default"
     broker_pods, mm_leases, cluster_partitions = (
         kwargs["broker_pods"],
@@ -408,6 +419,7 @@ async def reconcile_partitions(
         kwargs["cluster_partitions"],
     )
     rec = Reconciler(name, namespace)
+    rec.statefulsets_index = kwargs.get("broker_statefulsets")
     wake = indexes.wakeup((namespace, name))
     key = (namespace, name)
 
@@ -444,7 +456,9 @@ async def _loop(
         started = time.monotonic()
         delay = INTERVAL_S
         try:
-            await reconcile_round(rec, body, broker_pods, mm_leases, cluster_partitions, logger)
+            await reconcile_round(
+                rec, body, broker_pods, mm_leases, cluster_partitions, logger, rec.statefulsets_index
+            )
         except Exception as exc:
             metrics.ERRORS.labels(name).inc()
             logger.warning("reconcile round failed: %s", exc)

@@ -18,8 +18,10 @@ import kopf
 
 from hybridmq.api.resources import PartitionState, PartitionType
 from hybridmq.planner import ClusterState, ScaleDownBlock, domain_spread
+from hybridmq.planner.roll import RollDecision
 from hybridmq_operator import failover_history, kube, metrics, names, observe, problems
 from hybridmq_operator.apply import object_ref
+from hybridmq_operator.conditions import rolling
 from hybridmq_operator.handlers import children, cluster_status
 from hybridmq_operator.settings import ClusterSettings
 
@@ -40,6 +42,18 @@ def set_partition_gauge(cluster: str, state: ClusterState) -> None:
             metrics.PARTITIONS.labels(cluster, ptype.value, pstate.value).set(
                 counts[(ptype.value, pstate.value)]
             )
+
+
+def roll_progress(roll: RollDecision) -> dict[str, Any]:
+    """``status.roll``: the pod the roll is at and how many pods run the current revision."""
+    mm, cm = roll.updated.get("mm", (0, 0)), roll.updated.get("cm", (0, 0))
+    return {
+        "pod": roll.pod,
+        "messageManagersUpdated": mm[0],
+        "messageManagers": mm[1],
+        "connectionManagersUpdated": cm[0],
+        "connectionManagers": cm[1],
+    }
 
 
 class StatusWriter:
@@ -75,9 +89,12 @@ class StatusWriter:
         block: ScaleDownBlock | None,
         now: datetime,
         failovers: list[dict[str, Any]] | None = None,
+        roll: RollDecision | None = None,
     ) -> None:
         """The status from the state this round planned on; patched only when it changed.
-        ``failovers``: the failover history (None: keep what the status has)."""
+        ``failovers``: the failover history (None: keep what the status has); ``roll``: this
+        round's roll decision (None: keep what the status says about the roll)."""
+        previous = self.last_status if self.last_status is not None else dict(body.get("status") or {})
         obs = observe.cluster_observation(state, snapshot, settings.cm_replicas, settings.mm_replicas)
         obs = replace(
             obs,
@@ -86,13 +103,13 @@ class StatusWriter:
             children_error=children.failures.get((self.namespace, self.name)),
             scale_down_blocked=block.message if block is not None else None,
             domain_spread=domain_spread(state),
+            rolling=rolling.from_decision(roll, previous.get("conditions")),
         )
         self.announce(body, "ScaleDownBlocked", obs.scale_down_blocked)
         stuck = obs.pod_problems[0] if obs.pod_problems else None
         self.announce(body, "BrokerPodStuck", f"{stuck[0]}: {stuck[1]}: {stuck[2]}" if stuck else None)
         metrics.LOST_MMS.labels(self.name).set(len(obs.lost_mms))
         set_partition_gauge(self.name, state)
-        previous = self.last_status if self.last_status is not None else dict(body.get("status") or {})
         status = cluster_status.cluster_status(
             obs,
             state,
@@ -108,6 +125,9 @@ class StatusWriter:
             last = failover_history.last_duration(history)
             if last is not None:
                 status["lastFailoverSeconds"] = last
+        progress = roll_progress(roll) if roll is not None else previous.get("roll")
+        if progress:
+            status["roll"] = progress
         if cluster_status.changed(previous, status):
             await asyncio.to_thread(
                 kube.merge_patch,

@@ -132,11 +132,11 @@ def pod_template(settings: ClusterSettings, role: str) -> dict[str, Any]:
         volumes.append({"name": "tls", "secret": {"secretName": tls_secret}})
     if role == names.ROLE_CM and settings.auth.get("secretName"):
         volumes.append({"name": "auth", "secret": {"secretName": str(settings.auth["secretName"])}})
+    annotations = {names.ANNOTATION_CONFIG_DIGEST: config_digest(settings)}
+    if settings.restarted_at:
+        annotations[names.ANNOTATION_RESTARTED_AT] = settings.restarted_at
     return {
-        "metadata": {
-            "labels": names.common_labels(settings.name, role),
-            "annotations": {names.ANNOTATION_CONFIG_DIGEST: config_digest(settings)},
-        },
+        "metadata": {"labels": names.common_labels(settings.name, role), "annotations": annotations},
         "spec": {
             "serviceAccountName": names.service_account_name(settings.name),
             "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,

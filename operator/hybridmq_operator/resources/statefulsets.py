@@ -2,7 +2,9 @@
 
 CMs are stateless but get stable names so the broker table reads well; MMs keep their partition
 logs on a per-pod volume (a volumeClaimTemplate, or an emptyDir with ``storage.type: ephemeral``).
-Both start their pods in parallel: ordering between brokers is the operator's business, not the
+Both start their pods in parallel and update them ``OnDelete``: ordering between brokers, and when a
+pod of a new template may replace an old one, is the operator's business (``handlers/roll.py``: one
+pod at a time, an MM only once its replicas moved away and the previous one caught up), not the
 StatefulSet controller's.
 """
 
@@ -23,7 +25,7 @@ def _statefulset(settings: ClusterSettings, role: str, replicas: int) -> Manifes
             "replicas": replicas,
             "serviceName": names.headless_service_name(settings.name, role),
             "podManagementPolicy": "Parallel",
-            "updateStrategy": {"type": "RollingUpdate"},
+            "updateStrategy": {"type": "OnDelete"},
             "selector": {"matchLabels": names.selector_labels(settings.name, role)},
             "template": pod_template(settings, role),
         },

@@ -30,6 +30,7 @@ from hybridmq.broker.mm.handoff import hand_off
 from hybridmq.broker.mm.internal_log import open_internal_log
 from hybridmq.broker.mm.liveness import Liveness, NoLease
 from hybridmq.broker.mm.partition import PartitionHost
+from hybridmq.broker.mm.readiness import CatchUp
 from hybridmq.broker.mm.replica_manager import ReplicaManager
 from hybridmq.broker.mm.replica_transport import REPLICA_FRAMES
 from hybridmq.broker.transactions import mm_handler as tx_handler
@@ -90,7 +91,8 @@ class MessageManager:
         self._tasks: list[asyncio.Task[None]] = []
         self._log_events: LogEventBuffer | None = None
         self.log_host: PartitionHost | None = None
-        self.ready = False
+        self.listening = False
+        self.catch_up = CatchUp(config.name)
         # Only brokers connect to an MM: with TLS each must present a certificate of the cluster CA.
         self.tls = BrokerTls(config.tls_dir) if config.tls_dir else None
         if self.tls is not None:
@@ -99,6 +101,11 @@ class MessageManager:
     @property
     def name(self) -> str:
         return self.config.name
+
+    @property
+    def ready(self) -> bool:
+        """The readiness probe: listening, and caught up since its start (``readiness``)."""
+        return self.listening and self.catch_up.ready(self.source.partitions())
 
     @property
     def data_dir(self) -> Path:
@@ -128,7 +135,7 @@ class MessageManager:
             limit=2 * 1024 * 1024,
             ssl=self.tls.server(peer_cert=True) if self.tls is not None else None,
         )
-        self.ready = True
+        self.listening = True
         log.info("mm %s listening on %s:%d", self.config.name, self.config.host, self.config.port)
         # Partitions open in the background (recovering a long log must not keep the port shut): a
         # produce that comes first gets NOT_PRIMARY and is resent; a subscription is kept and
@@ -144,7 +151,7 @@ class MessageManager:
     async def stop(self) -> None:
         await self.liveness.stop()  # first: nothing is acknowledged once another may be promoted
         await self.replica_manager.stop()
-        self.ready = False
+        self.listening = False
         if self._server:
             self._server.close()
         for c in list(self.conns):

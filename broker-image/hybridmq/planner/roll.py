@@ -1,0 +1,223 @@
+"""Health-gated rolling restarts: which broker pod goes next, whether it may go now, why not.
+
+The StatefulSets use ``updateStrategy: OnDelete``, so a new pod template (image, config, resources,
+env, a restart request) changes nothing until the operator deletes a pod. This function decides,
+from what the pods and Partitions say right now (level-based: an operator restarted mid-roll
+decides the same again), one step at a time:
+
+* MMs first, one at a time. The next MM is *marked*: the partition planner treats it as stopping
+  and moves its replicas away, make-before-break (primaries handed to an in-sync copy at
+  ``epoch + 1``; each replica replaced and dropped only once the replacement is in sync). Only
+  when no partition names it any more, every other MM is Ready and every partition in sync is its
+  pod deleted, so a partition never loses an in-sync copy to the roll and no second MM is down
+  meanwhile (the MMs that took its replicas may still be catching up). A new pod must be Ready
+  (an MM is Ready once it caught up with what it holds) and every partition fully in sync before
+  the next MM is marked.
+* Then CMs, one at a time: the next goes once every CM pod is Ready (clients reconnect to the
+  others).
+* A pod of the old revision that is not Ready anyway (it crashes on the old spec, say) is
+  replaced first, if it is the only one down and holds no in-sync copy.
+* A cluster with one MM cannot move its replicas anywhere: its pod is restarted as it is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from hybridmq.planner.state import natural_key
+
+ROLE_MM = "mm"
+ROLE_CM = "cm"
+
+# Reasons of the ``Rolling`` condition.
+DONE = "Done"
+WAITING_FOR_STATEFULSET = "WaitingForStatefulSet"
+WAITING_FOR_READY = "WaitingForReady"
+WAITING_FOR_IN_SYNC = "WaitingForInSync"
+MOVING_REPLICAS = "MovingReplicas"
+RESTARTING = "Restarting"
+
+SHOWN = 5  # names listed in a message at most
+
+
+@dataclass(frozen=True)
+class RollPod:
+    """A broker pod as the roll sees it."""
+
+    name: str
+    role: str  # ROLE_MM | ROLE_CM
+    revision: str | None  # its controller-revision-hash label
+    ready: bool
+    deleting: bool = False
+    marked: bool = False  # an MM whose replicas are being moved off before its restart
+
+
+@dataclass(frozen=True)
+class RollPartition:
+    name: str
+    replicas: tuple[str, ...]
+    in_sync: tuple[str, ...]
+
+    @property
+    def out_of_sync(self) -> tuple[str, ...]:
+        return tuple(r for r in self.replicas if r not in self.in_sync)
+
+
+@dataclass(frozen=True)
+class RoleTarget:
+    """What a StatefulSet asks for: ``revision`` None while its controller has not observed the
+    latest spec (its ``updateRevision`` is not to be trusted yet)."""
+
+    replicas: int
+    revision: str | None
+
+
+@dataclass(frozen=True)
+class RollInput:
+    targets: Mapping[str, RoleTarget]  # by role
+    pods: Sequence[RollPod]
+    partitions: Sequence[RollPartition] = ()
+
+
+@dataclass(frozen=True)
+class RollDecision:
+    rolling: bool  # the condition's status: some pod still runs an older revision
+    reason: str
+    message: str
+    mark: str | None = None  # MM whose replicas to move off now
+    delete: str | None = None  # pod to delete now
+    pod: str | None = None  # the pod the roll is at
+    updated: Mapping[str, tuple[int, int]] = field(default_factory=dict)  # role -> (done, total)
+    known: bool = True  # False: a StatefulSet's revision is not known yet; keep what was said
+
+
+def _ordinal(name: str) -> int:
+    tail = name.rsplit("-", 1)[-1]
+    return int(tail) if tail.isdigit() else -1
+
+
+def _shown(names: Sequence[str]) -> str:
+    head = ", ".join(names[:SHOWN])
+    return head + (f" and {len(names) - SHOWN} more" if len(names) > SHOWN else "")
+
+
+def _progress(updated: Mapping[str, tuple[int, int]]) -> str:
+    mm, cm = updated.get(ROLE_MM, (0, 0)), updated.get(ROLE_CM, (0, 0))
+    return f"{mm[0]}/{mm[1]} MMs and {cm[0]}/{cm[1]} CMs updated"
+
+
+def _moving(held: Sequence[str], pod: str, progress: str) -> str:
+    return f"moving {len(held)} partition(s) off {pod} before its restart: {_shown(held)} ({progress})"
+
+
+class _Role:
+    def __init__(self, role: str, target: RoleTarget, pods: Sequence[RollPod]) -> None:
+        self.role = role
+        self.target = target
+        # Pods with an ordinal at or above the desired count are being scaled away: not rolled.
+        self.pods = sorted(
+            (p for p in pods if p.role == role and _ordinal(p.name) < target.replicas),
+            key=lambda p: natural_key(p.name),
+        )
+        self.missing = target.replicas - len(self.pods)
+        self.outdated = [p for p in self.pods if p.revision != target.revision]
+        self.down = [p for p in self.pods if p.deleting or not p.ready]
+
+    @property
+    def done(self) -> tuple[int, int]:
+        return (len(self.pods) - len(self.outdated), self.target.replicas)
+
+    def not_ready_message(self) -> str:
+        names = [p.name for p in self.down]
+        if self.missing > 0:
+            names.append(f"{self.missing} {self.role.upper()} pod(s) not created yet")
+        return f"waiting for {_shown(names)} to be Ready"
+
+    def broken_outdated(self, in_sync_on: set[str]) -> RollPod | None:
+        """The only pod down, of the old revision and holding no in-sync copy: replace it now."""
+        if self.missing > 0 or len(self.down) != 1:
+            return None
+        pod = self.down[0]
+        if pod.deleting or pod.revision == self.target.revision or pod.name in in_sync_on:
+            return None
+        return pod
+
+
+def plan_roll(inp: RollInput) -> RollDecision:
+    """The roll's next step (see the module docstring)."""
+    roles = {r: _Role(r, t, inp.pods) for r, t in inp.targets.items()}
+    updated = {r: x.done for r, x in roles.items()}
+    if any(x.target.revision is None for x in roles.values()):
+        return RollDecision(True, WAITING_FOR_STATEFULSET, "", updated=updated, known=False)
+    mms, cms = roles.get(ROLE_MM), roles.get(ROLE_CM)
+    if mms is not None and (mms.outdated or any(p.marked for p in mms.pods)):
+        return _step_mm(mms, inp.partitions, updated)
+    if cms is not None and cms.outdated:
+        return _step_cm(cms, updated)
+    revisions = ", ".join(f"{r.upper()}s at {x.target.revision}" for r, x in sorted(roles.items()))
+    return RollDecision(False, DONE, f"every broker pod runs the current spec ({revisions})", updated=updated)
+
+
+def _restart(pod: str, message: str, updated: Mapping[str, tuple[int, int]]) -> RollDecision:
+    return RollDecision(True, RESTARTING, message, delete=pod, pod=pod, updated=updated)
+
+
+def _while_down(
+    role: _Role, in_sync_on: set[str], behind: Sequence[str], updated: Mapping[str, tuple[int, int]]
+) -> RollDecision:
+    """A pod of the role is down or missing: wait for it, unless it is an outdated pod that cannot
+    come up on the old spec and holds no in-sync copy (then replace it)."""
+    progress = _progress(updated)
+    broken = role.broken_outdated(in_sync_on)
+    if broken is not None and not behind:
+        return _restart(
+            broken.name, f"replacing {broken.name}, not Ready on the old spec ({progress})", updated
+        )
+    pod = role.down[0].name if role.down else None
+    if behind:
+        message = f"partitions not in sync: {_shown(behind)}; {role.not_ready_message()} ({progress})"
+        return RollDecision(True, WAITING_FOR_IN_SYNC, message, pod=pod, updated=updated)
+    message = f"{role.not_ready_message()} ({progress})"
+    return RollDecision(True, WAITING_FOR_READY, message, pod=pod, updated=updated)
+
+
+def _step_mm(
+    mms: _Role, partitions: Sequence[RollPartition], updated: Mapping[str, tuple[int, int]]
+) -> RollDecision:
+    progress = _progress(updated)
+    named: dict[str, list[str]] = {}
+    in_sync_on: set[str] = set()
+    for p in partitions:
+        for r in p.replicas:
+            named.setdefault(r, []).append(p.name)
+        in_sync_on.update(p.in_sync)
+    marked = next((p for p in mms.pods if p.marked and not p.deleting), None)
+    if marked is not None and named.get(marked.name):
+        message = _moving(sorted(named[marked.name], key=natural_key), marked.name, progress)
+        return RollDecision(True, MOVING_REPLICAS, message, pod=marked.name, updated=updated)
+    # Before a pod goes (the marked one once empty, or the next): every other MM Ready and every
+    # partition in sync. The MMs that took the marked one's replicas may still be catching up.
+    behind = sorted((p.name for p in partitions if p.out_of_sync), key=natural_key)
+    if mms.down or mms.missing > 0:
+        return _while_down(mms, in_sync_on, behind, updated)
+    if behind:
+        lagging = sorted({r for p in partitions for r in p.out_of_sync}, key=natural_key)
+        message = (
+            f"partitions not in sync: {_shown(behind)} (copies behind on {_shown(lagging)}) ({progress})"
+        )
+        return RollDecision(True, WAITING_FOR_IN_SYNC, message, updated=updated)
+    if marked is not None:
+        return _restart(marked.name, f"restarting {marked.name} ({progress})", updated)
+    nxt = max(mms.outdated, key=lambda p: natural_key(p.name))
+    if not named.get(nxt.name) or len(mms.pods) == 1:
+        return _restart(nxt.name, f"restarting {nxt.name} ({progress})", updated)
+    message = _moving(sorted(named[nxt.name], key=natural_key), nxt.name, progress)
+    return RollDecision(True, MOVING_REPLICAS, message, mark=nxt.name, pod=nxt.name, updated=updated)
+
+
+def _step_cm(cms: _Role, updated: Mapping[str, tuple[int, int]]) -> RollDecision:
+    if cms.down or cms.missing > 0:
+        return _while_down(cms, set(), (), updated)
+    nxt = max(cms.outdated, key=lambda p: natural_key(p.name))
+    return _restart(nxt.name, f"restarting {nxt.name} ({_progress(updated)})", updated)

@@ -1,0 +1,188 @@
+"""The roll planner: which pod goes next, whether it may go now and why not (no Kubernetes)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hybridmq.planner.roll import (
+    DONE,
+    MOVING_REPLICAS,
+    RESTARTING,
+    WAITING_FOR_IN_SYNC,
+    WAITING_FOR_READY,
+    WAITING_FOR_STATEFULSET,
+    RoleTarget,
+    RollInput,
+    RollPartition,
+    RollPod,
+    plan_roll,
+)
+
+OLD, NEW = "rev-old", "rev-new"
+
+
+def _pods(role: str, n: int, revision: str = OLD) -> list[RollPod]:
+    return [RollPod(f"c-{role}-{i}", role, revision, ready=True) for i in range(n)]
+
+
+def _spread(n_mms: int, count: int = 3) -> list[RollPartition]:
+    """``count`` partitions, each with two in-sync replicas on neighbouring MMs."""
+    pairs = [(f"c-mm-{i % n_mms}", f"c-mm-{(i + 1) % n_mms}") for i in range(count)]
+    return [RollPartition(f"p{i}", pair, pair) for i, pair in enumerate(pairs)]
+
+
+def _inp(
+    mms: list[RollPod], cms: list[RollPod], parts: list[RollPartition], mm_rev: str | None = NEW
+) -> RollInput:
+    return RollInput(
+        targets={"mm": RoleTarget(3, mm_rev), "cm": RoleTarget(len(cms), NEW)},
+        pods=[*mms, *cms],
+        partitions=parts,
+    )
+
+
+def test_everything_at_the_new_revision_is_done() -> None:
+    d = plan_roll(_inp(_pods("mm", 3, NEW), _pods("cm", 2, NEW), _spread(3)))
+    assert (d.rolling, d.reason, d.mark, d.delete) == (False, DONE, None, None)
+    assert d.updated == {"mm": (3, 3), "cm": (2, 2)}
+
+
+def test_an_unobserved_statefulset_decides_nothing() -> None:
+    d = plan_roll(_inp(_pods("mm", 3), _pods("cm", 1), _spread(3), mm_rev=None))
+    assert not d.known and d.reason == WAITING_FOR_STATEFULSET and d.mark is None and d.delete is None
+
+
+def test_the_highest_outdated_mm_is_marked_first_and_its_replicas_move_before_the_delete() -> None:
+    mms, parts = _pods("mm", 3), _spread(3)
+    d = plan_roll(_inp(mms, _pods("cm", 1), parts))
+    assert (d.reason, d.mark, d.delete) == (MOVING_REPLICAS, "c-mm-2", None)
+    assert "p1" in d.message and "p2" in d.message
+    # Marked and still named by a partition: keep waiting, delete nothing.
+    marked = [*mms[:2], replace(mms[2], marked=True)]
+    d = plan_roll(_inp(marked, _pods("cm", 1), parts))
+    assert (d.reason, d.mark, d.delete, d.pod) == (MOVING_REPLICAS, None, None, "c-mm-2")
+    # No partition names it any more: now the pod goes.
+    moved = [RollPartition(p.name, ("c-mm-0", "c-mm-1"), ("c-mm-0", "c-mm-1")) for p in parts]
+    d = plan_roll(_inp(marked, _pods("cm", 1), moved))
+    assert (d.reason, d.delete) == (RESTARTING, "c-mm-2")
+
+
+def test_an_emptied_mm_waits_for_the_others_to_be_ready_and_in_sync_before_its_restart() -> None:
+    """The MMs that took its replicas may still be catching up: deleting it then would make two
+    MMs unavailable at once."""
+    emptied = [RollPartition(f"p{i}", ("c-mm-0", "c-mm-1"), ("c-mm-0", "c-mm-1")) for i in range(3)]
+    catching_up = [RollPod("c-mm-0", "mm", OLD, ready=True), RollPod("c-mm-1", "mm", NEW, ready=False)]
+    mms = [*catching_up, RollPod("c-mm-2", "mm", OLD, ready=True, marked=True)]
+    d = plan_roll(_inp(mms, _pods("cm", 1), emptied))
+    assert (d.reason, d.delete, d.mark) == (WAITING_FOR_READY, None, None) and "c-mm-1" in d.message
+    ready = [*mms[:1], replace(mms[1], ready=True), mms[2]]
+    behind = [*emptied[:2], RollPartition("p2", ("c-mm-0", "c-mm-1"), ("c-mm-0",))]
+    d = plan_roll(_inp(ready, _pods("cm", 1), behind))
+    assert (d.reason, d.delete) == (WAITING_FOR_IN_SYNC, None) and "p2" in d.message
+    d = plan_roll(_inp(ready, _pods("cm", 1), emptied))
+    assert (d.reason, d.delete) == (RESTARTING, "c-mm-2")
+
+
+def test_a_second_mm_is_never_touched_while_one_is_down() -> None:
+    mms = [*_pods("mm", 2), RollPod("c-mm-2", "mm", NEW, ready=False)]
+    d = plan_roll(_inp(mms, _pods("cm", 1), _spread(3)))
+    assert (d.reason, d.mark, d.delete) == (WAITING_FOR_READY, None, None)
+    assert "c-mm-2" in d.message and "1/3 MMs" in d.message
+    deleting = [*_pods("mm", 2), RollPod("c-mm-2", "mm", OLD, ready=True, deleting=True)]
+    d = plan_roll(_inp(deleting, _pods("cm", 1), _spread(3)))
+    assert (d.reason, d.mark, d.delete) == (WAITING_FOR_READY, None, None)
+    missing = _pods("mm", 2)
+    d = plan_roll(_inp(missing, _pods("cm", 1), _spread(2)))
+    assert (d.reason, d.mark, d.delete) == (WAITING_FOR_READY, None, None)
+    assert "not created" in d.message
+
+
+def test_a_partition_out_of_sync_holds_the_roll_and_is_named() -> None:
+    mms = [*_pods("mm", 2), RollPod("c-mm-2", "mm", NEW, ready=True)]
+    parts = _spread(3)
+    parts[0] = RollPartition("p0", ("c-mm-0", "c-mm-1"), ("c-mm-0",))
+    d = plan_roll(_inp(mms, _pods("cm", 1), parts))
+    assert (d.rolling, d.reason, d.mark, d.delete) == (True, WAITING_FOR_IN_SYNC, None, None)
+    assert "p0" in d.message and "c-mm-1" in d.message and "p1" not in d.message.split(";")[0]
+
+
+def test_out_of_sync_wins_over_not_ready_in_the_reason() -> None:
+    mms = [*_pods("mm", 2), RollPod("c-mm-2", "mm", NEW, ready=False)]
+    parts = _spread(3)
+    parts[1] = RollPartition("p1", ("c-mm-1", "c-mm-2"), ("c-mm-1",))
+    d = plan_roll(_inp(mms, _pods("cm", 1), parts))
+    assert (d.reason, d.delete, d.mark) == (WAITING_FOR_IN_SYNC, None, None)
+    assert "p1" in d.message and "c-mm-2" in d.message
+
+
+def test_an_outdated_mm_down_on_the_old_spec_is_replaced_if_it_holds_no_in_sync_copy() -> None:
+    mms = [*_pods("mm", 2), RollPod("c-mm-2", "mm", OLD, ready=False)]
+    parts = [RollPartition("p0", ("c-mm-0", "c-mm-1"), ("c-mm-0", "c-mm-1"))]
+    d = plan_roll(_inp(mms, _pods("cm", 1), parts))
+    assert (d.reason, d.delete) == (RESTARTING, "c-mm-2")
+    # Holding an in-sync copy: wait instead, the copy would go with it.
+    parts = [RollPartition("p0", ("c-mm-0", "c-mm-2"), ("c-mm-0", "c-mm-2"))]
+    d = plan_roll(_inp(mms, _pods("cm", 1), parts))
+    assert (d.reason, d.delete) == (WAITING_FOR_READY, None)
+
+
+def test_an_mm_that_holds_nothing_or_is_alone_is_restarted_directly() -> None:
+    d = plan_roll(_inp(_pods("mm", 3), _pods("cm", 1), []))
+    assert (d.reason, d.delete, d.mark) == (RESTARTING, "c-mm-2", None)
+    one = RollInput(
+        targets={"mm": RoleTarget(1, NEW), "cm": RoleTarget(1, NEW)},
+        pods=[*_pods("mm", 1), *_pods("cm", 1, NEW)],
+        partitions=[RollPartition("p0", ("c-mm-0",), ("c-mm-0",))],
+    )
+    assert plan_roll(one).delete == "c-mm-0"
+
+
+def test_cms_roll_after_the_mms_one_at_a_time() -> None:
+    cms = _pods("cm", 3)
+    d = plan_roll(_inp(_pods("mm", 3), cms, _spread(3)))
+    assert d.mark == "c-mm-2" and d.delete is None  # MMs first
+    d = plan_roll(_inp(_pods("mm", 3, NEW), cms, _spread(3)))
+    assert (d.reason, d.delete) == (RESTARTING, "c-cm-2")
+    down = [*cms[:2], RollPod("c-cm-2", "cm", NEW, ready=False)]
+    d = plan_roll(_inp(_pods("mm", 3, NEW), down, _spread(3)))
+    assert (d.reason, d.delete) == (WAITING_FOR_READY, None)
+    assert d.updated["cm"] == (1, 3)
+
+
+def test_mms_being_scaled_away_are_not_rolled() -> None:
+    mms = [*_pods("mm", 3, NEW), RollPod("c-mm-3", "mm", OLD, ready=True)]
+    d = plan_roll(_inp(mms, _pods("cm", 1, NEW), _spread(3)))
+    assert (d.rolling, d.reason) == (False, DONE)
+
+
+def test_a_simulated_roll_never_has_two_mms_down_and_ends_done() -> None:
+    """Drive the planner like the operator would (a pod comes back Ready a round after its
+    deletion, empty; replicas move off a marked MM one round after the mark) and check the
+    invariants on every step."""
+    mms = {f"c-mm-{i}": RollPod(f"c-mm-{i}", "mm", OLD, ready=True) for i in range(3)}
+    parts = {p.name: p for p in _spread(3, count=6)}
+    restarted: list[str] = []
+    for _ in range(50):
+        d = plan_roll(RollInput({"mm": RoleTarget(3, NEW)}, list(mms.values()), list(parts.values())))
+        assert sum(1 for p in mms.values() if not p.ready or p.deleting) <= 1
+        if not d.rolling:
+            break
+        if d.mark:
+            assert all(p.ready for p in mms.values()) and not any(p.out_of_sync for p in parts.values())
+            mms[d.mark] = replace(mms[d.mark], marked=True)
+        elif d.delete:
+            assert not any(d.delete in p.replicas for p in parts.values())
+            mms[d.delete] = replace(mms[d.delete], deleting=True, ready=False)
+            restarted.append(d.delete)
+        for name, pod in list(mms.items()):
+            if pod.deleting:
+                mms[name] = RollPod(name, "mm", NEW, ready=True)
+            elif pod.marked:
+                others = [m for m in mms if m != name and not mms[m].deleting]
+                for p in list(parts.values()):
+                    if name in p.replicas:
+                        keep = [r for r in p.replicas if r != name]
+                        extra = next(m for m in others if m not in keep)
+                        parts[p.name] = RollPartition(p.name, (*keep, extra), (*keep, extra))
+    assert d.reason == DONE
+    assert sorted(restarted) == sorted(mms) and len(restarted) == 3
