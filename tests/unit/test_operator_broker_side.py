@@ -194,7 +194,7 @@ async def test_an_oversize_report_never_costs_the_lease() -> None:
         }
         return MMReport(partitions=parts).compact()
 
-    renewer = LeaseRenewer("demo-mm-0", "ns", duration_s=1.0, renew_interval_s=0.05, report=report, api=api)
+    renewer = LeaseRenewer("demo-mm-0", "ns", duration_s=5.0, renew_interval_s=0.05, report=report, api=api)
 
     async def renewals(n: int) -> None:
         target = renewer.renewals + n
