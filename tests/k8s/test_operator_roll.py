@@ -1,26 +1,17 @@
 """Health-gated rolling restarts by the operator, with the real brokers on the local cluster.
 
 One BrokerCluster of 3 real MMs and 2 CMs (each on its pod IP: ``pod_ip_broker.py``), fixed
-partitions with 2 replicas, a 90 s lease so that a frozen MM stays a member while it falls behind.
-In order:
-
-1. ``hybridmq.io/restartedAt`` on the BrokerCluster rolls every broker pod while producers send to
-   every fixed partition (through the MMs and the first CM; they move to the other CM meanwhile):
-   the test's own watch of the pods sees at most one MM and one CM pod unavailable at any instant,
-   every pod is replaced once, every send is acknowledged and a consumer afterwards gets every
-   acknowledged message, and ``Rolling`` ends ``Done`` with ``status.roll`` counting every pod and
-   Events naming the steps.
-2. With a backup MM frozen (SIGSTOP) until a partition it backs is out of sync, a new restart
-   request waits: ``Rolling`` says ``WaitingForInSync`` naming the partition, and no pod is marked or
-   deleted; once the MM thaws the roll completes.
-3. The operator killed mid-roll (after the first MM was replaced) and started again finishes the
-   roll from the pods alone: each pod replaced exactly once, never two MMs down.
+partitions with 2 replicas, a 90 s lease. ``hybridmq.io/restartedAt`` on the BrokerCluster rolls
+every broker pod while producers send to every fixed partition (through the MMs and the first CM;
+they move to the other CM meanwhile): the test's own watch of the pods sees at most one MM and one
+CM pod unavailable at any instant, every pod is replaced once, every send is acknowledged and a
+consumer afterwards gets every acknowledged message, and ``Rolling`` ends ``Done`` with
+``status.roll`` counting every pod and Events naming the steps.
 """
 
 from __future__ import annotations
 
 import asyncio
-import signal
 import sys
 import threading
 import time
@@ -297,90 +288,3 @@ def test_restart_annotation_rolls_every_pod_one_at_a_time_losing_nothing(
     assert {"RollMovingReplicas", "RollRestartingPod", "RollDone"} <= reasons, reasons
     described = local_cluster.kubectl("describe", "hbc", CLUSTER, "-n", kube.namespace).stdout
     assert "Rolling" in described and "RollRestartingPod" in described
-
-
-def test_a_roll_waits_while_a_partition_is_out_of_sync_and_says_which(
-    local_cluster: LocalCluster, env: tuple[Kube, OperatorProcess, PodWatch]
-) -> None:
-    kube, op, pods = env
-    wait_for(lambda: roll_done(kube) and in_sync(kube), 120, "settled after the last roll")
-    name, status = next(iter(sorted(fixed_status(kube).items())))
-    backup = next(r for r in status["replicas"] if r != status["primary"])
-    local_cluster.kill_container(kube.namespace, backup, "mm", signal.SIGSTOP)
-    try:
-        # Writes to the partition while its backup is frozen: the primary drops it from in-sync.
-        asyncio.run(_send_some(kube, name))
-        wait_for(
-            lambda: backup not in (fixed_status(kube)[name].get("inSync") or [backup]),
-            120,
-            f"{backup} out of sync on {name}",
-        )
-        before = uids_now(kube)
-        request_restart(kube)
-        wait_for(
-            lambda: rolling(kube).get("reason") == "WaitingForInSync" and name in rolling(kube)["message"],
-            180,
-            f"Rolling=WaitingForInSync naming {name}",
-        )
-        time.sleep(8)  # long enough for the operator to act, were it to go on
-        cond = rolling(kube)
-        assert cond["status"] == "True" and cond["reason"] == "WaitingForInSync", cond
-        assert uids_now(kube) == before, "a pod was restarted while a partition was out of sync"
-        marked = [p.metadata.name for p in kube.pods() if (p.metadata.annotations or {}).get(MARK)]
-        assert not marked, marked
-    except AssertionError:
-        print(_dump(local_cluster, kube, op))
-        raise
-    finally:
-        local_cluster.kill_container(kube.namespace, backup, "mm", signal.SIGCONT)
-    wait_for(lambda: roll_done(kube), ROLL_TIMEOUT_S, "the roll Done once the MM caught up")
-    assert pods.error is None and pods.worst["mm"] <= 1, pods.worst_at.get("mm")
-
-
-async def _send_some(kube: Kube, partition: str) -> None:
-    """Writes that leave the frozen backup behind: refusals (too few copies in sync while the
-    primary waits to drop it) are expected and do not matter here."""
-    producer = await Producer.connect(cm_bootstrap(kube), partition_type="fixed", partition=partition)
-    try:
-        for _ in range(5):
-            await asyncio.gather(
-                *(producer.send(DEST, b"s" * 1000) for _ in range(20)), return_exceptions=True
-            )
-    finally:
-        await producer.close()
-
-
-def test_operator_killed_mid_roll_resumes_it(
-    local_cluster: LocalCluster, env: tuple[Kube, OperatorProcess, PodWatch]
-) -> None:
-    kube, op, pods = env
-    wait_for(lambda: roll_done(kube) and in_sync(kube), 120, "settled after the last roll")
-    before = uids_now(kube)
-    pods.reset()
-    request_restart(kube)
-    try:
-        # The first MM replaced, and the roll on to the next one: kill the operator there.
-        wait_for(
-            lambda: (
-                (kube.cluster(CLUSTER).get("status") or {}).get("roll", {}).get("messageManagersUpdated", 0)
-                >= 1
-            ),
-            ROLL_TIMEOUT_S,
-            "one MM replaced",
-        )
-        op.kill()
-        halted = uids_now(kube)
-        time.sleep(3)
-        op.start()
-        wait_for(lambda: roll_done(kube), ROLL_TIMEOUT_S, "the roll Done after the operator's restart")
-    except AssertionError:
-        print(_dump(local_cluster, kube, op))
-        raise
-    after = uids_now(kube)
-    assert all(after[n] != uid for n, uid in before.items()), (before, after)
-    assert any(halted[n] == uid for n, uid in before.items()), "the roll had finished before the kill"
-    # Each pod replaced exactly once over this roll: its name saw the old uid and one new one.
-    for pod_name, uid in before.items():
-        seen = pods.uids[pod_name]
-        assert seen[seen.index(uid) + 1 :] == [after[pod_name]], (pod_name, seen)
-    assert pods.error is None and pods.worst["mm"] <= 1, pods.worst_at.get("mm")
