@@ -45,8 +45,15 @@ OPERATOR_RULES: list[dict[str, Any]] = [
     # Children of a BrokerCluster, written with server-side apply.
     {
         "apiGroups": [""],
-        "resources": ["services", "configmaps", "serviceaccounts"],
+        "resources": ["services", "serviceaccounts"],
         "verbs": ["get", "create", "patch"],
+    },
+    # ConfigMaps too, and list/watch: the brokers' Role lets them watch the assignment map, and
+    # Kubernetes lets the operator grant only what it holds itself.
+    {
+        "apiGroups": [""],
+        "resources": ["configmaps"],
+        "verbs": ["get", "list", "watch", "create", "patch"],
     },
     # list/watch: the roll reads their updateRevision.
     {
