@@ -1,15 +1,16 @@
-"""Transfers stay all-or-nothing when a CM or a participant MM is killed -9 mid-commit.
+"""Transfers stay all-or-nothing when their CM is killed -9 mid-commit (participant MMs killed at
+each step: ``test_transactions_participants.py``).
 
-Each transfer consumes one message of ``queue:a`` and produces one record to ``topic:b`` and one
-to ``queue:c``, three partitions led by three different MMs, so every commit is two-phase. The
-CM pauses its first commit at a protocol step (``HYBRIDMQ_TX_PAUSE``, a test-only hook), the
-test kills a process there and lets the CM go on. The transfer loop rolls back and does the work
-again whenever a commit is rolled back.
+Each transfer (``tx_workload``) consumes one message of ``queue:a`` and produces records to
+``topic:b`` and ``queue:c`` / ``topic:d``, three partitions led by three different MMs, so every
+commit is two-phase. The CM pauses its first commit at a protocol step (``HYBRIDMQ_TX_PAUSE``, a
+test-only hook), the test kills it there and starts it again. The transfer loop rolls back and
+does the work again whenever a commit is rolled back.
 
 The judge reads the partitions' logs by offset (``Fetcher``), not the session's books: every
-message of ``queue:a`` ends up transferred exactly once (one record in ``topic:b`` and one in
-``queue:c`` each, no partial transfer, no duplicate), exactly the transfers whose commit returned;
-``queue:a`` is left empty.
+message of ``queue:a`` ends up transferred exactly once (one record each in ``topic:b``,
+``queue:c`` and ``topic:d``, no partial transfer, no duplicate), exactly the transfers whose
+commit returned; ``queue:a`` is left empty.
 """
 
 from __future__ import annotations
@@ -17,98 +18,33 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-import time
 from pathlib import Path
 
 import pytest
 from failover_workload import until
-from tx_workload import paused_cluster, spread, stored
+from tx_workload import judge, paused_cluster, send_to_a, spread, stored, transfer_all
 
-from hybridmq.client import ClientError, Consumer, Producer, Session, TransactionRolledBack
-from hybridmq.local.runner import LocalCluster
+from hybridmq.client import Consumer, Producer, Session, TransactionRolledBack
 
 N = 12
 
 
-async def transfer_all(
-    cluster: LocalCluster, pb: str, pc: str, committed: list[str], within_s: float
-) -> None:
-    """Transfer messages of ``queue:a`` until ``N`` were committed."""
-    session = await Session.connect(cluster.bootstrap, transacted=True, give_up_after_s=60)
-    source: Consumer | None = None
-    deadline = time.monotonic() + within_s
-    while len(committed) < N and time.monotonic() < deadline:
-        try:
-            if source is None:
-                source = await session.consumer("queue:a")
-            msg = await session.receive(source, timeout=1)
-        except TimeoutError:
-            continue
-        except Exception:  # its CM went away: a new consumer once one is back
-            source = None
-            await asyncio.sleep(0.2)
-            continue
-        v = msg.value.decode()
-        try:
-            await session.send("topic:b", f"b-{v}".encode(), partition=pb)
-            await session.send("queue:c", f"c-{v}".encode(), partition=pc)
-            await session.commit()
-        except ClientError:  # rolled back (or refused): nothing of it happened; again
-            await session.rollback()
-            with contextlib.suppress(Exception):
-                await source.close()
-            source = None
-            continue
-        committed.append(v)
-    await session.close()
-
-
-SCENARIOS = [
-    ("before-prepare", "cm"),
-    ("after-ready", "cm"),
-    ("after-decision", "cm"),
-    ("after-complete", "cm"),
-    ("after-ready", "coordinator-mm"),  # the prepared coordinator partition's primary
-    ("after-decision", "participant-mm"),  # a participant not told COMMIT_FINAL yet
-]
-
-
-@pytest.mark.parametrize(("step", "victim"), SCENARIOS)
-async def test_a_transfer_is_all_or_nothing_under_kill_9(
-    step: str, victim: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("step", ["before-prepare", "after-ready", "after-decision", "after-complete"])
+async def test_a_transfer_is_all_or_nothing_under_kill_9_of_its_cm(
+    step: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     with paused_cluster(tmp_path, monkeypatch, step) as (cluster, pause_file):
         pa, pb, pc = spread(cluster)
-        producer = await Producer.connect(cluster.bootstrap, partition_type="fixed", partition=pa)
-        sent = [f"t{i}" for i in range(N)]
-        for v in sent:
-            await producer.send("queue:a", v.encode())
-        await producer.close()
+        sent = await send_to_a(cluster, pa, N)
         committed: list[str] = []
-        work = asyncio.create_task(transfer_all(cluster, pb, pc, committed, 120))
+        work = asyncio.create_task(transfer_all(cluster, pb, pc, committed, N, 120))
         await until(pause_file.exists, 30, f"the CM to pause {step}")
-        if victim == "cm":
-            cluster.kill_cm("cm-0", signal.SIGKILL)
-            monkeypatch.delenv("HYBRIDMQ_TX_PAUSE")  # the CM started again does not pause
-            cluster.start_cm("cm-0")
-        else:
-            partition = pa if victim == "coordinator-mm" else pc
-            before = cluster.table()[partition]
-            cluster.kill_mm(before.primary or "", signal.SIGKILL)
-            await until(lambda: cluster.table()[partition].epoch > before.epoch, 30, "the failover")
-        pause_file.unlink()  # the CM goes on (a killed one: its replacement resolves)
+        cluster.kill_cm("cm-0", signal.SIGKILL)
+        monkeypatch.delenv("HYBRIDMQ_TX_PAUSE")  # the CM started again does not pause
+        cluster.start_cm("cm-0")
+        pause_file.unlink()  # (its replacement resolves)
         await work
-        assert sorted(committed) == sorted(sent), (committed, sent)
-
-        in_b = await stored(cluster, pb, "topic:b")
-        in_c = await stored(cluster, pc, "queue:c")
-        assert sorted(in_b) == sorted(f"b-{v}" for v in sent), in_b
-        assert sorted(in_c) == sorted(f"c-{v}" for v in sent), in_c
-        left = await Consumer.connect(cluster.bootstrap, "queue:a")
-        with pytest.raises(TimeoutError):
-            extra = await left.receive(timeout=3)
-            raise AssertionError(f"{extra.value!r} left in queue:a after its transfer committed")
-        await left.close()
+        await judge(cluster, pb, pc, sent, committed)
 
 
 @pytest.mark.parametrize(("step", "committed"), [("after-ready", False), ("after-decision", True)])

@@ -219,6 +219,7 @@ class TxManager:
         if failure is not None:
             await self._end_all(txid, participants, False, 2.0)
             raise TxFailed(ErrorCode.TX_ROLLED_BACK, f"transaction {txid} rolled back: {failure}")
+        await fault.pause("before-decision", txid)
         try:
             decided = await self.request(
                 co, {"t": FrameType.TX_DECIDE, "x": txid, "commit": True}, TX_TIMEOUT_S / 2

@@ -26,6 +26,7 @@ from hybridmq.broker.destinations.delivery import ConsumerLink, DeliveryState, P
 from hybridmq.broker.destinations.ranges import RangeSet
 from hybridmq.broker.log.control import ControlRecord, TxDecision, TxEnd, TxPrepare
 from hybridmq.broker.mm.partition import CommitError, check_records
+from hybridmq.broker.transactions import fault
 
 if TYPE_CHECKING:
     from hybridmq.broker.mm.partition import PartitionHost
@@ -150,6 +151,7 @@ class TxParticipant:
                 raise TxRefused(ErrorCode.NOT_PRIMARY, f"{host.name}: {exc}") from None
             if not host.writable or not host.serving:
                 raise TxRefused(ErrorCode.PARTITION_NOT_WRITABLE, f"{host.name} takes no writes")
+            await fault.pause("mm-before-prepare", txid, host.name)
             tx = OpenTx(
                 txid,
                 str(frame["co"]),
@@ -185,6 +187,7 @@ class TxParticipant:
                     await self._commit(tx)
                 else:
                     await self._flush()
+                    await fault.pause("mm-prepared", txid, host.name)
             except CommitError as exc:
                 if one:  # stored or not: the outcome is resolved later (TX_RESOLVE)
                     raise TxRefused(ErrorCode.TX_IN_DOUBT, str(exc)) from None
@@ -279,6 +282,9 @@ class TxParticipant:
             if i not in tx.applied:
                 host.append_internal(dest, count, blob, flags, {"txn": tx.txid, "ti": i}, expiry)
                 tx.applied.add(i)
+                if fault.active() and len(tx.batches) > 1 and len(tx.applied) == 1:
+                    await self._flush()  # replicated: a new primary finds this batch applied
+                    await fault.pause("mm-part-applied", tx.txid, host.name)
         for key, start, first, last in tx.holds:
             state = host.states.get(key)
             if state is None:

@@ -1,0 +1,96 @@
+"""A participant's primary MM killed -9 at each step of the commit protocol, in one cluster.
+
+Each scenario arms one pause (``HYBRIDMQ_TX_PAUSE=armed``, a test-only hook): the first commit
+that reaches the step stops there, on the CM or on the participant's primary MM. The test kills
+the primary of the victim partition (``pa``: the coordinator partition, which holds the consumed
+message; ``pc``: a participant that receives two data batches), waits for the failover (a backup
+at epoch + 1), lets the commit go on, and judges the logs (``tx_workload.judge``): every
+acknowledged message transferred exactly once and whole, exactly the committed transfers, nothing
+left held. The transfer loop does the work again after a rollback, and resolves a commit in doubt
+(TX_RESOLVE), so in-doubt transactions must be resolved for the scenario to finish. The killed
+MM is started again and caught up before the next scenario.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from failover_workload import until
+from tx_workload import judge, send_to_a, spread, transfer_all
+
+from hybridmq.local.runner import LocalCluster
+
+N = 4
+SCENARIOS = [
+    ("mm-before-prepare", "pc"),  # TX_PREPARE received, nothing recorded
+    ("mm-prepared", "pc"),  # TxPrepare replicated, READY not sent
+    ("before-decision", "pc"),  # every participant READY, no decision yet
+    ("after-ready", "pa"),  # the coordinator partition prepared, the others not asked yet
+    ("after-decision", "pc"),  # decision recorded, pc not told to commit
+    ("after-decision", "pa"),  # decision recorded: the coordinator partition's new primary knows it
+    ("mm-part-applied", "pc"),  # committing: one of its two batches appended and replicated
+    ("after-complete", "pa"),  # pa applied it all, pb and pc not told yet
+]
+
+
+@pytest.fixture(scope="module")
+def armed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalCluster, Path]]:
+    """1 CM + 3 MMs, 3 fixed partitions on all three; pauses armed by a file; prepared
+    transactions resolved after 2 s."""
+    root = tmp_path_factory.mktemp("tx-participants")
+    pause_file = root / "paused"
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("HYBRIDMQ_TX_PAUSE", "armed")
+        env.setenv("HYBRIDMQ_TX_PAUSE_FILE", str(pause_file))
+        env.setenv("HYBRIDMQ_TX_TIMEOUT_S", "2")
+        with LocalCluster(root / "c", mms=3, replicas=3, fixed=3, on_demand_per_mm=0) as cluster:
+            cluster.wait_in_sync()
+            yield cluster, pause_file
+
+
+def arm(pause_file: Path, what: str) -> None:
+    """The next commit that reaches this step (at this partition) pauses there."""
+    Path(f"{pause_file}.arm").write_text(what)
+
+
+def three_leaders(cluster: LocalCluster) -> bool:
+    return len({a.primary for a in cluster.table().values()}) == 3
+
+
+@pytest.mark.parametrize(("step", "victim"), SCENARIOS)
+async def test_a_transfer_is_all_or_nothing_when_a_participant_is_killed(
+    step: str, victim: str, armed: tuple[LocalCluster, Path]
+) -> None:
+    cluster, pause_file = armed
+    await asyncio.to_thread(cluster.wait_in_sync, 60)
+    await until(lambda: three_leaders(cluster), 60, "each partition led by another MM (rebalanced)")
+    pa, pb, pc = spread(cluster)
+    partition = {"pa": pa, "pc": pc}[victim]
+    tag = f"-{step}-{victim}"
+    sent = await send_to_a(cluster, pa, N, tag)
+
+    arm(pause_file, f"{step} {partition}" if step.startswith("mm-") else step)
+    committed: list[str] = []
+    work = asyncio.create_task(transfer_all(cluster, pb, pc, committed, N, 120, tag))
+    await until(pause_file.exists, 30, f"a commit to pause at {step}")
+    paused_step, _txid, *where = pause_file.read_text().split()
+    assert paused_step == step and where in ([], [partition]), pause_file.read_text()
+
+    before = cluster.table()[partition]
+    assert before.primary is not None
+    cluster.kill_mm(before.primary, signal.SIGKILL)
+    try:
+        await until(lambda: cluster.table()[partition].epoch > before.epoch, 30, f"{partition} to fail over")
+        pause_file.unlink()  # a paused CM goes on; a killed MM's pause is gone with it
+        await work
+        await judge(cluster, pb, pc, sent, committed, tag)
+    finally:
+        work.cancel()
+        pause_file.unlink(missing_ok=True)
+        os.unlink(pause_file.with_suffix(".taken"))
+        cluster.start_mm(before.primary)  # caught up before the next scenario
