@@ -178,3 +178,40 @@ async def test_transact_runs_the_work_again_after_a_rollback(three: LocalCluster
     await out.close()
     await producer.close()
     await session.close()
+
+
+async def test_a_transaction_consumes_from_topic_subscriptions(three: LocalCluster) -> None:
+    """A durable subscription and a subscription of the session's own: a commit acknowledges
+    what was received (a later subscriber of the durable gets nothing), a rollback gives it back
+    to the same subscription, flagged."""
+    pa, pb, _ = spread(three)
+    session = await Session.connect(three.bootstrap, transacted=True)
+    durable = await session.consumer("topic:t7", durable="d7")
+    own = await session.consumer("topic:t7")
+    producer = await Producer.connect(three.bootstrap, partition_type="fixed", partition=pa)
+    for v in (b"m0", b"m1"):
+        await producer.send("topic:t7", v)
+
+    first = await session.receive(durable, timeout=10)
+    also = await session.receive(own, timeout=10)
+    assert first.value == also.value == b"m0"
+    await session.send("queue:o7", b"o-m0", partition=pb)
+    await session.commit()
+
+    second = await session.receive(durable, timeout=10)
+    await session.send("queue:o7", b"dropped", partition=pb)
+    await session.rollback()
+    again = await session.receive(durable, timeout=10)
+    assert again.value == second.value == b"m1" and again.redelivered
+    await session.send("queue:o7", b"o-m1", partition=pb)
+    await session.commit()
+    await durable.close()
+
+    out = await Consumer.connect(three.bootstrap, "queue:o7")
+    assert await drain(out) == ["o-m0", "o-m1"]
+    later = await Consumer.connect(three.bootstrap, "topic:t7", durable="d7")
+    assert await drain(later) == []  # both acknowledged by their commits
+    for c in (out, later):
+        await c.close()
+    await producer.close()
+    await session.close()

@@ -21,8 +21,9 @@ from pathlib import Path
 
 import pytest
 from failover_workload import until
-from tx_workload import judge, send_to_a, spread, transfer_all
+from tx_workload import drain, judge, send_to_a, spread, stored, transfer_all
 
+from hybridmq.client import Consumer, Producer, Session
 from hybridmq.local.runner import LocalCluster
 
 N = 4
@@ -94,3 +95,39 @@ async def test_a_transfer_is_all_or_nothing_when_a_participant_is_killed(
         pause_file.unlink(missing_ok=True)
         os.unlink(pause_file.with_suffix(".taken"))
         cluster.start_mm(before.primary)  # caught up before the next scenario
+
+
+async def test_a_held_topic_message_is_not_redelivered_when_its_durable_subscriber_leaves(
+    armed: tuple[LocalCluster, Path],
+) -> None:
+    """A commit stands between prepare and decision while the session's durable subscriber
+    leaves and another one takes the subscription: the message the transaction holds is not
+    handed to it; once committed it is acknowledged (nothing comes later), its record is there once."""
+    cluster, pause_file = armed
+    await asyncio.to_thread(cluster.wait_in_sync, 60)
+    pa, pb, _ = spread(cluster)
+    session = await Session.connect(cluster.bootstrap, transacted=True)
+    source = await session.consumer("topic:held", durable="held-1")
+    producer = await Producer.connect(cluster.bootstrap, partition_type="fixed", partition=pa)
+    await producer.send("topic:held", b"x")
+    await producer.close()
+    msg = await session.receive(source, timeout=10)
+    await session.send("queue:held-out", b"out-" + msg.value, partition=pb)
+    arm(pause_file, "before-decision")
+    commit = asyncio.create_task(session.commit())
+    try:
+        await until(pause_file.exists, 30, "the commit to pause before its decision")
+        await source.close()
+        other = await Consumer.connect(cluster.bootstrap, "topic:held", durable="held-1")
+        with pytest.raises(TimeoutError):
+            extra = await other.receive(timeout=3)
+            raise AssertionError(f"{extra.value!r} handed out while a transaction holds it")
+        pause_file.unlink()
+        await commit
+        assert await drain(other) == []
+        assert await stored(cluster, pb, "queue:held-out") == ["out-x"]
+        await other.close()
+    finally:
+        pause_file.unlink(missing_ok=True)
+        os.unlink(pause_file.with_suffix(".taken"))
+        await session.close()

@@ -96,14 +96,16 @@ class Session:
         pass
 
     # -- consuming ---------------------------------------------------------------------------------
-    async def consumer(self, destination: str) -> Consumer:
-        """A consumer of ``destination`` on this session's CM, one message at a time."""
+    async def consumer(self, destination: str, durable: str | None = None) -> Consumer:
+        """A consumer of ``destination`` (a queue, or a topic: a subscription of its own, or the
+        ``durable`` one) on this session's CM, one message at a time."""
         options = self._conn.options
         peer = self._conn.conn.peer
         address = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else options.bootstrap
         consumer = await Consumer.connect(
             address,
             destination,
+            durable=durable,
             window=1,
             auto_ack=False,
             reconnect=False,

@@ -1,7 +1,7 @@
 """The CM as transaction manager.
 
 A TX_COMMIT carries the whole transaction: the batches the session produced (each to a partition
-it chose) and the queue messages it consumed (by their consumer's subscription on this CM). The
+it chose) and the messages it consumed (by their consumer's subscription on this CM). The
 partitions involved are its participants; the lowest-named one is its coordinator partition, whose
 log keeps the decision (``TxDecision``, replicated like data, as Kafka keeps its transaction log in
 a replicated internal topic).

@@ -3,10 +3,10 @@
 Read-committed without touching the delivery path: a prepared transaction's batches live inside
 its ``TxPrepare`` control record (consumers and the fetch API skip control batches) and become
 data batches only when it commits, tagged ``{"txn": id, "ti": index}`` so that a new primary that
-finds some of them after a failover appends only the rest. The consumed queue records it holds
-are moved, still outstanding, from the consumer's link to a link of the transaction: the
-consumer leaving does not give them back, nothing hands them out again, and the queue's cursor
-stays below them until the transaction ends (acknowledged on commit, given back on rollback).
+finds some of them after a failover appends only the rest. The consumed records it holds (of a
+queue or a topic subscription) are moved, still outstanding, from the consumer's link to a link
+of the transaction: the consumer leaving does not give them back, nothing hands them out again,
+and the cursor stays below them until the transaction ends (acknowledged on commit, given back on rollback).
 
 Every record goes through the partition log, so a backup promoted at epoch + 1 finds the
 transactions prepared here (``recover``) and holds their records again until they are resolved.
@@ -166,6 +166,10 @@ class TxParticipant:
                 p.link.inflight -= last - first + 1
                 p.link.inflight_bytes -= p.size
                 p.link = tx.link
+                if not state.is_queue:
+                    # A durable subscription left by its consumer rewinds to its cursor: the
+                    # walk skips acknowledged records only (given back on rollback).
+                    state.acked.add(first, last)
                 tx.holds.append((state.key, start, first, last))
             self.open[txid] = tx
             records: list[ControlRecord] = [
@@ -216,10 +220,10 @@ class TxParticipant:
                     ErrorCode.STALE_DELIVERY,
                     f"{self.host.name}:{offset} (attempt {rd + 1}) is not outstanding on {key}",
                 )
-            if p.stream is not None or list(p.left) != [(offset, offset)] or not state.is_queue:
+            if p.stream is not None or list(p.left) != [(offset, offset)]:
                 raise TxRefused(
                     ErrorCode.INVALID_REQUEST,
-                    f"{self.host.name}:{offset}: a transaction consumes whole one-message queue "
+                    f"{self.host.name}:{offset}: a transaction consumes whole one-message "
                     "deliveries (a consumer window of 1, no streams)",
                 )
             found.append((state, start, offset, offset))
@@ -307,7 +311,7 @@ class TxParticipant:
             state = self.host.states.get(key)
             if state is None:
                 continue
-            if tx.recovered:
+            if tx.recovered or not state.is_queue:
                 state.acked.remove(first, last)
                 state.dirty = True
             state.give_back(start, link=tx.link)
