@@ -23,7 +23,7 @@ import pytest
 from failover_workload import until
 from tx_workload import drain, judge, send_to_a, spread, stored, transfer_all
 
-from hybridmq.client import Consumer, Producer, Session
+from hybridmq.client import Consumer, Producer, Session, TransactionRolledBack
 from hybridmq.local.runner import LocalCluster
 
 N = 4
@@ -97,37 +97,58 @@ async def test_a_transfer_is_all_or_nothing_when_a_participant_is_killed(
         cluster.start_mm(before.primary)  # caught up before the next scenario
 
 
+@pytest.mark.parametrize("kill", [False, True], ids=["left", "left-and-failed-over"])
 async def test_a_held_topic_message_is_not_redelivered_when_its_durable_subscriber_leaves(
-    armed: tuple[LocalCluster, Path],
+    kill: bool, armed: tuple[LocalCluster, Path]
 ) -> None:
     """A commit stands between prepare and decision while the session's durable subscriber
-    leaves and another one takes the subscription: the message the transaction holds is not
-    handed to it; once committed it is acknowledged (nothing comes later), its record is there once."""
+    leaves (and, with ``kill``, the primary of the message's partition is killed -9: a backup
+    takes over and holds it again from the log), and another subscriber takes the subscription:
+    the held message is not handed to it. Committed, it is acknowledged and its record is there
+    once; rolled back (the failover may stop the commit), it comes again and nothing was sent."""
     cluster, pause_file = armed
     await asyncio.to_thread(cluster.wait_in_sync, 60)
+    await until(lambda: three_leaders(cluster), 60, "each partition led by another MM (rebalanced)")
     pa, pb, _ = spread(cluster)
+    topic, name, out = f"topic:held-{kill}", f"held-{kill}", f"queue:held-out-{kill}"
     session = await Session.connect(cluster.bootstrap, transacted=True)
-    source = await session.consumer("topic:held", durable="held-1")
+    source = await session.consumer(topic, durable=name)
     producer = await Producer.connect(cluster.bootstrap, partition_type="fixed", partition=pa)
-    await producer.send("topic:held", b"x")
+    await producer.send(topic, b"x")
     await producer.close()
     msg = await session.receive(source, timeout=10)
-    await session.send("queue:held-out", b"out-" + msg.value, partition=pb)
+    await session.send(out, b"out-" + msg.value, partition=pb)
     arm(pause_file, "before-decision")
     commit = asyncio.create_task(session.commit())
+    killed = None
     try:
         await until(pause_file.exists, 30, "the commit to pause before its decision")
         await source.close()
-        other = await Consumer.connect(cluster.bootstrap, "topic:held", durable="held-1")
+        if kill:
+            before = cluster.table()[pa]
+            killed = before.primary
+            assert killed is not None
+            cluster.kill_mm(killed, signal.SIGKILL)
+            await until(lambda: cluster.table()[pa].epoch > before.epoch, 30, f"{pa} to fail over")
+        other = await Consumer.connect(cluster.bootstrap, topic, durable=name)
         with pytest.raises(TimeoutError):
             extra = await other.receive(timeout=3)
             raise AssertionError(f"{extra.value!r} handed out while a transaction holds it")
         pause_file.unlink()
-        await commit
-        assert await drain(other) == []
-        assert await stored(cluster, pb, "queue:held-out") == ["out-x"]
+        try:
+            await commit
+            committed = True
+        except TransactionRolledBack:
+            committed = False
+        assert committed or kill, "rolled back without a failure"
+        again = await drain(other, quiet_s=5)
+        sent = await stored(cluster, pb, out)
+        assert (again, sent) == (([], ["out-x"]) if committed else (["x"], [])), (committed, again, sent)
         await other.close()
     finally:
+        commit.cancel()
         pause_file.unlink(missing_ok=True)
         os.unlink(pause_file.with_suffix(".taken"))
         await session.close()
+        if killed is not None:
+            cluster.start_mm(killed)
