@@ -48,7 +48,7 @@ def armed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalClust
     with pytest.MonkeyPatch.context() as env:
         env.setenv("HYBRIDMQ_TX_PAUSE", "armed")
         env.setenv("HYBRIDMQ_TX_PAUSE_FILE", str(pause_file))
-        env.setenv("HYBRIDMQ_TX_TIMEOUT_S", "2")
+        env.setenv("HYBRIDMQ_TX_TIMEOUT_S", "6")
         with LocalCluster(root / "c", mms=3, replicas=3, fixed=3, on_demand_per_mm=0) as cluster:
             cluster.wait_in_sync()
             yield cluster, pause_file
@@ -152,3 +152,42 @@ async def test_a_held_topic_message_is_not_redelivered_when_its_durable_subscrib
         await session.close()
         if killed is not None:
             cluster.start_mm(killed)
+
+
+@pytest.mark.parametrize("step", ["mm-before-prepare", "mm-part-applied"])
+async def test_a_one_phase_commit_is_whole_once_it_returns_when_its_partition_is_killed(
+    step: str, armed: tuple[LocalCluster, Path]
+) -> None:
+    """A transaction on one partition (one-phase: prepare, decision and commit in one request)
+    whose primary is killed -9 before recording it or after applying one of its two batches:
+    once ``commit()`` returns both records are there, once each; rolled back, neither."""
+    cluster, pause_file = armed
+    await asyncio.to_thread(cluster.wait_in_sync, 60)
+    _, _, pc = spread(cluster)
+    tag = f"-one-{step}"
+    session = await Session.connect(cluster.bootstrap, transacted=True, give_up_after_s=60)
+    await session.send(f"queue:c{tag}", b"c", partition=pc)
+    await session.send(f"topic:d{tag}", b"d", partition=pc)
+    arm(pause_file, f"{step} {pc}")
+    commit = asyncio.create_task(session.commit())
+    before = cluster.table()[pc]
+    assert before.primary is not None
+    try:
+        await until(pause_file.exists, 30, f"the commit to pause at {step}")
+        cluster.kill_mm(before.primary, signal.SIGKILL)
+        await until(lambda: cluster.table()[pc].epoch > before.epoch, 30, f"{pc} to fail over")
+        pause_file.unlink()
+        try:
+            await commit
+            committed = True
+        except TransactionRolledBack:
+            committed = False
+        assert committed or step == "mm-before-prepare", "rolled back after its decision"
+        found = (await stored(cluster, pc, f"queue:c{tag}"), await stored(cluster, pc, f"topic:d{tag}"))
+        assert found == ((["c"], ["d"]) if committed else ([], [])), (committed, found)
+    finally:
+        commit.cancel()
+        pause_file.unlink(missing_ok=True)
+        os.unlink(pause_file.with_suffix(".taken"))
+        await session.close()
+        cluster.start_mm(before.primary)

@@ -137,8 +137,12 @@ class TxParticipant:
                 if self.ended[txid]:
                     return  # a resend of a finished one-phase commit
                 raise TxRefused(ErrorCode.TX_ROLLED_BACK, f"transaction {txid} was rolled back")
-            if txid in self.open:
-                return  # a resend: prepared already
+            tx = self.open.get(txid)
+            if tx is not None:  # a resend: prepared already
+                if self.decisions.get(txid) and bool(frame.get("one")):
+                    # a one-phase commit found half done after a failover: finish it first
+                    await self._commit(tx)
+                return
             if self.decisions.get(txid) is False:  # a late prepare of one a resolver rolled back
                 raise TxRefused(ErrorCode.TX_ROLLED_BACK, f"transaction {txid} was rolled back")
             host = self.host
