@@ -42,7 +42,7 @@ SCENARIOS = [
 @pytest.fixture(scope="module")
 def armed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalCluster, Path]]:
     """1 CM + 3 MMs, 3 fixed partitions on all three; pauses armed by a file; prepared
-    transactions resolved after 2 s."""
+    transactions resolved after 6 s (long enough for a CM to resend to a new primary)."""
     root = tmp_path_factory.mktemp("tx-participants")
     pause_file = root / "paused"
     with pytest.MonkeyPatch.context() as env:
