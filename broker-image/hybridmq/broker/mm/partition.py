@@ -37,7 +37,9 @@ watermark: ``control_waiter``) by one group-commit task, the control committer:
   reuses an attempt number, so a late ACK of a hand-out before the failover (ACK ``rd``) cannot
   acknowledge the new one. A round that cannot be committed sends nothing and withdraws its
   deliveries uncounted (no round is even appended while the lease is known lost): a lease that
-  lapses for a while costs a delivery count only to what was sent.
+  lapses for a while costs a delivery count only to what was sent. A committed round's delivery
+  that was given back meanwhile (its consumer left) is not sent and withdrawn uncounted too (in
+  memory only: a new primary still counts it once).
 """
 
 from __future__ import annotations
@@ -881,9 +883,14 @@ class PartitionHost:
                 self._wake()
                 continue
             self._committing = []
-            # A delivery given back while its round waited (its stream was given back by a failed
-            # round, its consumer left) is not sent: it is handed out again, counted, later.
-            deliveries = [(link.conn, f) for state, link, f in outbox if _outstanding(state, link, f)]
+            deliveries = []
+            for state, link, f in outbox:
+                if _outstanding(state, link, f):
+                    deliveries.append((link.conn, f))
+                else:
+                    # Given back while its round waited (its consumer left, its stream was given
+                    # back by a failed round): never sent, so it does not count either.
+                    state.withdraw(f["o"], int(f["n"]), link, int(f.get("rd", 0)) + 1)
             for conn, frame in deliveries + [
                 (conn, {"t": FrameType.OK, "r": f.get("c")}) for conn, f in replies
             ]:
