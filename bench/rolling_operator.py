@@ -32,7 +32,6 @@ from operator_harness import (  # noqa: E402
     OperatorProcess,
     apply_crds,
     forget_cluster_ca,
-    pod_ip_broker_command,
     sample_cluster,
     teardown,
     trust_cluster_ca,
@@ -125,8 +124,7 @@ def run_operator(args: argparse.Namespace) -> dict[str, object]:
     try:
         apply_crds(cluster)
         cluster.create_namespace(ns)
-        command = {"HYBRIDMQ_BROKER_COMMAND": pod_ip_broker_command()}
-        op = OperatorProcess(cluster, ns, broker="real", extra_env=command).start()
+        op = OperatorProcess(cluster, ns, broker="real").start()
         body = sample_cluster(CLUSTER, ns, mms=MMS, cms=1, fixed=args.partitions)
         body["spec"]["partitions"]["onDemand"]["perMessageManager"] = 0
         kube.create(body)

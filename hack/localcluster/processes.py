@@ -89,7 +89,9 @@ def signal_group(pid: int, sig: int) -> None:
 def _group_members(pgid: int) -> list[psutil.Process]:
     members = []
     for proc in psutil.process_iter(["pid"]):
-        with contextlib.suppress(psutil.Error):
+        # Any process on the machine may end between being listed and being asked its group:
+        # `os.getpgid` then raises ProcessLookupError, an OSError, not a psutil.Error.
+        with contextlib.suppress(psutil.Error, OSError):
             if os.getpgid(proc.pid) == pgid and proc.status() != psutil.STATUS_ZOMBIE:
                 members.append(proc)
     return members

@@ -42,6 +42,30 @@ def secure_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCl
         yield c
 
 
+def _controlled(tmp_path: Path, mms: int, fixed: int, on_demand_per_mm: int) -> Iterator[LocalCluster]:
+    """A cluster run by the local controller, each partition on 2 MMs, for one test."""
+    with LocalCluster(tmp_path, mms=mms, replicas=2, fixed=fixed, on_demand_per_mm=on_demand_per_mm) as c:
+        yield c
+
+
+@pytest.fixture
+def replicated(tmp_path: Path) -> Iterator[LocalCluster]:
+    """3 MMs, one fixed partition (``local-fixed-0``) with 2 replicas."""
+    yield from _controlled(tmp_path, mms=3, fixed=1, on_demand_per_mm=0)
+
+
+@pytest.fixture
+def two_fixed(tmp_path: Path) -> Iterator[LocalCluster]:
+    """2 MMs, two fixed partitions with 2 replicas each."""
+    yield from _controlled(tmp_path, mms=2, fixed=2, on_demand_per_mm=0)
+
+
+@pytest.fixture
+def on_demand(tmp_path: Path) -> Iterator[LocalCluster]:
+    """3 MMs, one on-demand partition on each, with 2 replicas."""
+    yield from _controlled(tmp_path, mms=3, fixed=0, on_demand_per_mm=1)
+
+
 @pytest.fixture
 def retention_cluster(tmp_path: Path) -> Iterator[LocalCluster]:
     """1 CM + 1 MM with one fixed partition (``fixed-0-0``), 64 KiB segments and log retention

@@ -15,12 +15,14 @@ import asyncio
 import contextlib
 import signal
 import subprocess
+import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from hybridmq.api.frames import ErrorCode
 from hybridmq.client import ClientError, Consumer, Fetcher, Message, Producer
+from hybridmq.local.runner import LocalCluster
 
 
 @dataclass
@@ -169,6 +171,14 @@ async def until(predicate: Callable[[], bool], within: float, what: str) -> None
             return
         await asyncio.sleep(0.05)
     raise TimeoutError(f"timed out waiting for {what}")
+
+
+def stall_controller(cluster: LocalCluster, seconds: float) -> None:
+    """Block the local controller's event loop (an API server too slow to answer Lease renewals):
+    no heartbeat is answered meanwhile, so every MM's lease lapses."""
+    controller = cluster.controller
+    assert controller is not None
+    controller.call(lambda: time.sleep(seconds))
 
 
 def end_process(proc: subprocess.Popen[bytes], within: float = 60) -> None:

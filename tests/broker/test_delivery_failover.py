@@ -17,12 +17,11 @@ import asyncio
 import contextlib
 import hashlib
 import signal
-from collections import defaultdict
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from acking_consumers import AckingConsumer, first_confirmed, per_message
 from failover_workload import ProducerLoad, stop_all, until
 
 from hybridmq.client import BlockingConsumer, BlockingProducer, Consumer, Message, Producer
@@ -33,76 +32,21 @@ QUEUE = "queue:dlv"
 TOPIC = "topic:dlv"
 
 
-@pytest.fixture
-def replicated(tmp_path: Path) -> Iterator[LocalCluster]:
-    """3 MMs, one fixed partition with 2 replicas; the test kills its primary."""
-    with LocalCluster(tmp_path, mms=3, replicas=2, fixed=1, on_demand_per_mm=0) as c:
-        yield c
-
-
-@dataclass
-class AckingConsumer:
-    """Receives delivery by delivery, "processes" it for a moment, acknowledges each message."""
-
-    name: str
-    consumer: Consumer
-    received: list[tuple[str, int, bool, int, float, bytes]] = field(default_factory=list)
-    confirmed: dict[tuple[str, int], float] = field(default_factory=dict)  # (partition, offset) -> when
-    # (holding, release): hold the next delivery unacknowledged until the test releases it
-    pause_once: tuple[asyncio.Event, asyncio.Event] | None = None
-
-    async def run(self, stop: asyncio.Event) -> None:
-        loop = asyncio.get_running_loop()
-        while not stop.is_set():
-            try:
-                batch = await self.consumer.receive_batch(timeout=0.5)
-            except TimeoutError:
-                continue
-            now = loop.time()
-            for m in batch:
-                assert isinstance(m, Message)
-                self.received.append((m.partition, m.offset, m.redelivered, m.delivery_count, now, m.value))
-            await asyncio.sleep(0.002)
-            if self.pause_once is not None:
-                (holding, release), self.pause_once = self.pause_once, None
-                holding.set()
-                await release.wait()
-            for m in batch:
-                assert isinstance(m, Message)
-                confirmation = self.consumer.ack(m)
-                if confirmation is None:
-                    continue
-                confirmation.add_done_callback(
-                    lambda f, key=(m.partition, m.offset): (
-                        None
-                        if f.cancelled() or f.exception() is not None
-                        else self.confirmed.setdefault(key, loop.time())
-                    )
-                )
-
-
 def check_deliveries(consumers: list[AckingConsumer]) -> dict[str, int]:
     """The two delivery guarantees over the consumers of one destination; returns figures."""
-    confirmed: dict[tuple[str, int], float] = {}
-    for c in consumers:
-        for key, t in c.confirmed.items():
-            confirmed[key] = min(t, confirmed.get(key, t))
-    per_message: dict[tuple[str, int], list[tuple[float, bool, int, str]]] = defaultdict(list)
-    for c in consumers:
-        for p, o, rd, count, t, _ in c.received:
-            per_message[(p, o)].append((t, rd, count, c.name))
+    confirmed = first_confirmed(consumers)
     again_after_ack: list[object] = []
     unflagged_twice: list[object] = []
     inconsistent: list[object] = []
-    for (p, o), deliveries in per_message.items():
-        acked_at = confirmed.get((p, o))
+    for key, deliveries in per_message(consumers).items():
+        acked_at = confirmed.get(key)
         if acked_at is not None:
-            late = [d for d in deliveries if d[0] > acked_at]
+            late = [d for d in deliveries if d[0].when > acked_at]
             if late:
-                again_after_ack.append(((p, o), acked_at, late))
-        if sum(1 for d in deliveries if not d[1]) > 1:
-            unflagged_twice.append(((p, o), sorted(deliveries)))
-        inconsistent.extend(((p, o), d) for d in deliveries if d[1] != (d[2] > 1))
+                again_after_ack.append((key, acked_at, late))
+        if sum(1 for r, _ in deliveries if not r.redelivered) > 1:
+            unflagged_twice.append((key, deliveries))
+        inconsistent.extend((key, r) for r, _ in deliveries if r.redelivered != (r.delivery_count > 1))
     assert not again_after_ack, (
         f"{len(again_after_ack)} acknowledged messages delivered again: {again_after_ack[:3]}"
     )
@@ -111,8 +55,8 @@ def check_deliveries(consumers: list[AckingConsumer]) -> dict[str, int]:
     )
     assert not inconsistent, f"redelivered disagrees with delivery_count: {inconsistent[:3]}"
     return {
-        "messages": len(per_message),
-        "redelivered": sum(1 for d in per_message.values() for x in d if x[1]),
+        "messages": len(per_message(consumers)),
+        "redelivered": sum(1 for c in consumers for r in c.received if r.redelivered),
         "confirmed": len(confirmed),
     }
 
@@ -161,7 +105,7 @@ async def test_acked_messages_never_come_back_and_redeliveries_are_flagged(
 
     def everything_received() -> bool:
         for dest, group in ((QUEUE, queue_consumers), (TOPIC, [topic_consumer])):
-            got = {r[5] for c in group for r in c.received}
+            got = {r.value for c in group for r in c.received}
             if not {f"{dest}:{seq}".encode() for seq in loads[dest].acked} <= got:
                 return False
         return True

@@ -9,22 +9,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-import time
 from pathlib import Path
 
-from failover_workload import ProducerLoad, check, start_load, stop_all, until, wait_consumed
+from failover_workload import (
+    ProducerLoad,
+    check,
+    stall_controller,
+    start_load,
+    stop_all,
+    until,
+    wait_consumed,
+)
 
 from hybridmq.local.runner import LocalCluster
 
 DEST = "queue:lease-lapse"
 STALL_S = 2.5  # well past the 1 s lease and the 0.5 s heartbeat timeout
-
-
-def _stall_controller(cluster: LocalCluster, seconds: float) -> None:
-    """Block the local controller's event loop: no heartbeat is answered meanwhile."""
-    controller = cluster.controller
-    assert controller is not None
-    controller.call(lambda: time.sleep(seconds))
 
 
 async def test_lapsed_lease_fences_then_resumes_without_losing_acks(tmp_path: Path) -> None:
@@ -41,7 +41,7 @@ async def test_lapsed_lease_fences_then_resumes_without_losing_acks(tmp_path: Pa
             await until(lambda: len(load.acked) > 50 and consumer.deliveries > 20, 30, "steady load")
             primary = str(fixed.primary)
             failures = cluster.mm_stats(primary)["lease"]["failures"]
-            stall = threading.Thread(target=_stall_controller, args=(cluster, STALL_S))
+            stall = threading.Thread(target=stall_controller, args=(cluster, STALL_S))
             stall.start()
             await asyncio.to_thread(stall.join)
             back_at = loop.time()

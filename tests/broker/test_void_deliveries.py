@@ -20,72 +20,20 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from collections import defaultdict
-from collections.abc import Iterator
-from dataclasses import dataclass, field
-from pathlib import Path
 
-import pytest
+from acking_consumers import AckingConsumer, first_confirmed, per_message
 
-from hybridmq.client import ClientError, Consumer, Message, Producer
+from hybridmq.client import ClientError, Consumer, Producer
 from hybridmq.local.runner import LocalCluster
 
 QUEUE = "queue:void"
-Position = tuple[str, int]  # (partition, offset)
-
-
-@pytest.fixture
-def on_demand(tmp_path: Path) -> Iterator[LocalCluster]:
-    with LocalCluster(tmp_path, mms=3, replicas=2, fixed=0, on_demand_per_mm=1) as c:
-        yield c
-
-
-@pytest.fixture
-def two_fixed(tmp_path: Path) -> Iterator[LocalCluster]:
-    with LocalCluster(tmp_path, mms=2, replicas=2, fixed=2, on_demand_per_mm=0) as c:
-        yield c
-
-
-@dataclass
-class Acker:
-    consumer: Consumer
-    hold_s: float
-    # (partition, offset) -> [(when, redelivered)]
-    received: dict[Position, list[tuple[float, bool]]] = field(default_factory=lambda: defaultdict(list))
-    confirmed: dict[Position, float] = field(default_factory=dict)
-
-    async def run(self, stop: asyncio.Event) -> None:
-        loop = asyncio.get_running_loop()
-        while not stop.is_set():
-            try:
-                batch = await self.consumer.receive_batch(timeout=0.5)
-            except TimeoutError:
-                continue
-            except ConnectionError:
-                return
-            for m in batch:
-                assert isinstance(m, Message)
-                self.received[(m.partition, m.offset)].append((loop.time(), m.redelivered))
-            await asyncio.sleep(self.hold_s)
-            for m in batch:
-                assert isinstance(m, Message)
-                fut = self.consumer.ack(m)
-                if fut is not None:
-                    key = (m.partition, m.offset)
-                    fut.add_done_callback(
-                        lambda f, k=key: (
-                            None
-                            if f.cancelled() or f.exception() is not None
-                            else self.confirmed.setdefault(k, loop.time())
-                        )
-                    )
 
 
 class Load:
     """Producers writing to the queue (fixed: one per partition; else one on-demand producer that
     moves when its partition drains) and the two consumers, until ``finish``."""
 
-    def __init__(self, ackers: list[Acker], producers: list[Producer]) -> None:
+    def __init__(self, ackers: list[AckingConsumer], producers: list[Producer]) -> None:
         self.ackers = ackers
         self.producers = producers
         self.partitions: list[str] = []  # of each acknowledged send
@@ -96,8 +44,10 @@ class Load:
     @classmethod
     async def start(cls, bootstrap: str, partitions: list[str] | None = None) -> Load:
         ackers = [
-            Acker(await Consumer.connect(bootstrap, QUEUE, auto_ack=False), 0.0),
-            Acker(await Consumer.connect(bootstrap, QUEUE, auto_ack=False, window=50), 3.0),
+            AckingConsumer("quick", await Consumer.connect(bootstrap, QUEUE, auto_ack=False), 0.0),
+            AckingConsumer(
+                "holding", await Consumer.connect(bootstrap, QUEUE, auto_ack=False, window=50), 3.0
+            ),
         ]
         if partitions is None:
             producers = [await Producer.connect(bootstrap, linger_ms=1, delivery_timeout=120)]
@@ -134,19 +84,13 @@ class Load:
         return check(self.ackers)
 
 
-def check(ackers: list[Acker]) -> dict[str, int]:
-    confirmed: dict[Position, float] = {}
-    for a in ackers:
-        for k, t in a.confirmed.items():
-            confirmed[k] = min(t, confirmed.get(k, t))
-    deliveries: dict[Position, list[tuple[float, bool]]] = defaultdict(list)
-    for a in ackers:
-        for k, got in a.received.items():
-            deliveries[k].extend(got)
+def check(ackers: list[AckingConsumer]) -> dict[str, int]:
+    confirmed = first_confirmed(ackers)
+    deliveries = per_message(ackers)
     after_ack = {
-        k: d for k, d in deliveries.items() if k in confirmed and any(t > confirmed[k] for t, _ in d)
+        k: d for k, d in deliveries.items() if k in confirmed and any(r.when > confirmed[k] for r, _ in d)
     }
-    unflagged = {k: sorted(d) for k, d in deliveries.items() if sum(1 for _, rd in d if not rd) > 1}
+    unflagged = {k: d for k, d in deliveries.items() if sum(1 for r, _ in d if not r.redelivered) > 1}
     assert len(deliveries) >= 20, f"only {len(deliveries)} messages delivered"
     assert not after_ack, (
         f"{len(after_ack)} acknowledged messages delivered again: {list(after_ack.items())[:3]}"

@@ -46,7 +46,6 @@ __all__ = [
     "broker_command",
     "forget_cluster_ca",
     "module_fixtures",
-    "pod_ip_broker_command",
     "real_brokers",
     "sample_cluster",
     "trust_cluster_ca",
@@ -58,12 +57,6 @@ def broker_command(broker: str | None = None) -> str:
     if (broker or os.environ.get("HYBRIDMQ_TEST_BROKER")) == "real":
         return "hybridmq"
     return f"{shlex.quote(sys.executable)} {shlex.quote(str(REPO / 'tests/k8s/stub_broker.py'))}"
-
-
-def pod_ip_broker_command() -> str:
-    """The real broker with the CM on its pod IP (``pod_ip_broker.py``): for the operator's
-    ``HYBRIDMQ_BROKER_COMMAND`` when another cluster's CM may hold ``0.0.0.0:7400`` on this machine."""
-    return f"{shlex.quote(sys.executable)} {shlex.quote(str(REPO / 'tests/k8s/pod_ip_broker.py'))}"
 
 
 def trust_cluster_ca(kube: Kube, cluster: str, directory: Path) -> ssl.SSLContext:

@@ -1,6 +1,6 @@
 """Health-gated rolling restarts by the operator, with the real brokers on the local cluster.
 
-One BrokerCluster of 3 real MMs and 2 CMs (each on its pod IP: ``pod_ip_broker.py``), fixed
+One BrokerCluster of 3 real MMs and 2 CMs, fixed
 partitions with 2 replicas, a 90 s lease. ``hybridmq.io/restartedAt`` on the BrokerCluster rolls
 every broker pod while producers send to every fixed partition (through the MMs and the first CM;
 they move to the other CM meanwhile): the test's own watch of the pods sees at most one MM and one
@@ -33,7 +33,6 @@ from operator_harness import (
     OperatorProcess,
     apply_crds,
     forget_cluster_ca,
-    pod_ip_broker_command,
     sample_cluster,
     teardown,
     trust_cluster_ca,
@@ -171,8 +170,7 @@ def env(local_cluster: LocalCluster) -> Iterator[tuple[Kube, OperatorProcess, Po
     ns = f"roll-{uuid.uuid4().hex[:5]}"
     local_cluster.create_namespace(ns)
     kube = Kube(local_cluster, ns)
-    command = {"HYBRIDMQ_BROKER_COMMAND": pod_ip_broker_command()}
-    op = OperatorProcess(local_cluster, ns, broker="real", extra_env=command)
+    op = OperatorProcess(local_cluster, ns, broker="real")
     op.start()
     body = sample_cluster(CLUSTER, ns, mms=MMS, cms=CMS, fixed=FIXED)
     body["spec"]["failureDetection"] = {"leaseDurationSeconds": 90, "renewIntervalMilliseconds": 250}

@@ -148,8 +148,9 @@ def test_cm_statefulset_runs_cm_without_a_data_volume(settings: ClusterSettings)
     (container,) = sts["spec"]["template"]["spec"]["containers"]
     assert container["command"] == ["hybridmq", "cm"]
     assert env_of(container)["HYBRIDMQ_PORT"] == str(names.CM_CLIENT_PORT)
-    # Every address of the pod, so that `kubectl port-forward` (127.0.0.1 in the pod) reaches it too.
-    assert env_of(container)["HYBRIDMQ_BIND"] == f"0.0.0.0:{names.CM_CLIENT_PORT}"
+    # Its pod IP (pods may share a host network), and 127.0.0.1 for `kubectl port-forward`.
+    assert env_of(container)["HYBRIDMQ_BIND"] == f"$(HYBRIDMQ_POD_IP):{names.CM_CLIENT_PORT}"
+    assert env_of(container)["HYBRIDMQ_LOCAL_BIND"] == f"127.0.0.1:{names.CM_CLIENT_PORT}"
     assert names.DATA_VOLUME not in {m["name"] for m in container["volumeMounts"]}
 
 

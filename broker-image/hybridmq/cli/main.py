@@ -1,7 +1,8 @@
 """``hybridmq``: run a CM or an MM, produce and consume from the shell, or a local cluster.
 
 Every flag has an environment variable (pods configure through env): ``HYBRIDMQ_NAME``,
-``HYBRIDMQ_BIND`` (host:port of the binary protocol), ``HYBRIDMQ_HTTP_BIND``,
+``HYBRIDMQ_BIND`` (host:port of the binary protocol), ``HYBRIDMQ_LOCAL_BIND`` (a CM's second
+listener, e.g. 127.0.0.1 in a pod for ``kubectl port-forward``), ``HYBRIDMQ_HTTP_BIND``,
 ``HYBRIDMQ_ASSIGNMENTS`` (JSON file, see ``StaticAssignmentSource``), ``HYBRIDMQ_DATA_DIR``,
 ``HYBRIDMQ_FSYNC``, ``HYBRIDMQ_CREDENTIALS`` (file or Secret dir), ``HYBRIDMQ_ACL``,
 ``HYBRIDMQ_CLUSTER_SECRET_FILE``, ``HYBRIDMQ_TLS_DIR`` (the broker's certificates: every listener on
@@ -142,6 +143,7 @@ def cmd_cm(args: argparse.Namespace) -> None:
         auth_max_waiting=args.auth_max_waiting,
         auth_failure_delay_s=args.auth_failure_delay,
         tls_dir=args.tls_dir,
+        local_bind=_split(args.local_bind) if args.local_bind else None,
     )
     config.directory_config = args.directory_config  # static application registrations
     config.credentials_path, config.acl_path = args.credentials, args.acl  # followed while running
@@ -279,6 +281,12 @@ def main(argv: list[str] | None = None) -> None:
     _common_server(cm, 7000)
     cm.add_argument("--credentials", default=_env("CREDENTIALS"), help="user:password file or Secret dir")
     cm.add_argument("--acl", default=_env("ACL"), help="ACL JSON file")
+    cm.add_argument(
+        "--local-bind",
+        default=_env("LOCAL_BIND"),
+        help="a second client listener, e.g. 127.0.0.1:7400 in a pod for kubectl port-forward "
+        "(skipped with a warning when the address is taken)",
+    )
     for flag, kind, default, text in (
         ("--auth-concurrency", int, "1", "password hashes verified at a time"),
         ("--auth-max-waiting", int, "64", "HELLOs queued for a verification; more get AUTH_BUSY"),

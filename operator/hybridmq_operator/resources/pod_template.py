@@ -19,10 +19,8 @@ def _field_env(name: str, path: str) -> dict[str, Any]:
 
 def broker_env(settings: ClusterSettings, role: str) -> list[dict[str, Any]]:
     port = names.CM_CLIENT_PORT if role == names.ROLE_CM else names.MM_PORT
-    # The CM listens on every address of its pod: clients come through the Service (the pod IP) and
-    # through `kubectl port-forward`, which dials 127.0.0.1 inside the pod. An MM listens on the pod
-    # IP it advertises to its peers.
-    bind_host = "0.0.0.0" if role == names.ROLE_CM else "$(HYBRIDMQ_POD_IP)"
+    # Both roles listen on the pod IP, never on every address: where pods share the host's network
+    # (the local cluster's node agent) a wildcard bind would take the port from every other pod.
     env: list[dict[str, Any]] = [
         _field_env("HYBRIDMQ_POD_NAME", "metadata.name"),
         _field_env("HYBRIDMQ_POD_UID", "metadata.uid"),
@@ -32,7 +30,7 @@ def broker_env(settings: ClusterSettings, role: str) -> list[dict[str, Any]]:
         {"name": "HYBRIDMQ_ROLE", "value": role},
         # What the ``hybridmq cm|mm`` CLI reads (its flags' environment variables):
         {"name": "HYBRIDMQ_NAME", "value": "$(HYBRIDMQ_POD_NAME)"},
-        {"name": "HYBRIDMQ_BIND", "value": f"{bind_host}:{port}"},
+        {"name": "HYBRIDMQ_BIND", "value": f"$(HYBRIDMQ_POD_IP):{port}"},
         {"name": "HYBRIDMQ_HTTP_BIND", "value": f"$(HYBRIDMQ_POD_IP):{names.HTTP_PORT}"},
         # The same, split, for code that wants host and ports apart:
         {"name": "HYBRIDMQ_HOST", "value": "$(HYBRIDMQ_POD_IP)"},
@@ -52,6 +50,10 @@ def broker_env(settings: ClusterSettings, role: str) -> list[dict[str, Any]]:
             },
         },
     ]
+    if role == names.ROLE_CM:
+        # `kubectl port-forward` dials 127.0.0.1 inside the pod: a second listener there (given up
+        # with a warning where the loopback is not the pod's own and another CM holds it).
+        env.append({"name": "HYBRIDMQ_LOCAL_BIND", "value": f"127.0.0.1:{port}"})
     if role == names.ROLE_CM and settings.auth.get("secretName"):
         env.append({"name": "HYBRIDMQ_CREDENTIALS", "value": names.AUTH_MOUNT})
     if role == names.ROLE_CM and users_managed(settings):  # BrokerUsers, read through the API

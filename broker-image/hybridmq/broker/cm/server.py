@@ -115,6 +115,9 @@ class CMConfig:
     auth_max_waiting: int = 64  # HELLOs waiting for one; more are refused with AUTH_BUSY
     auth_failure_delay_s: float = 0.5  # before answering AUTH_FAILED
     tls_dir: str | None = None  # certificates (protocol/tls.py): TLS for clients, mutual TLS to MMs
+    # A second client listener (a pod's 127.0.0.1, for kubectl port-forward); given up with a warning
+    # when the address is taken (pods sharing the host's network: the loopback is not theirs).
+    local_bind: tuple[str, int] | None = None
     credentials_path: str | None = None  # re-read when it changes (auth/reload.py), as acl_path
     acl_path: str | None = None
     auth_reload_s: float = 1.0
@@ -168,6 +171,7 @@ class ConnectionManager:
         self.subs: dict[str, SubEntry] = {}
         self._rr = itertools.count()
         self._server: asyncio.base_events.Server | None = None
+        self._local_server: asyncio.base_events.Server | None = None
         self._log_events: LogEventBuffer | None = None
         self._log_task: asyncio.Task[None] | None = None
         self._auth_task: asyncio.Task[None] | None = None
@@ -194,13 +198,13 @@ class ConnectionManager:
         self._epochs = {n: a.epoch for n, a in table.items()}
         self.source.subscribe(self._on_table)
         self._sync_links()
-        self._server = await asyncio.start_server(
-            self._serve,
-            self.config.host,
-            self.config.port,
-            limit=2 * 1024 * 1024,
-            ssl=self.tls.server(peer_cert=False) if self.tls is not None else None,
-        )
+        self._server = await self._listen(self.config.host, self.config.port)
+        if self.config.local_bind is not None:
+            host, port = self.config.local_bind
+            try:
+                self._local_server = await self._listen(host, port)
+            except OSError as exc:
+                log.warning("cm %s: no second listener on %s:%d (%s)", self.config.name, host, port, exc)
         self._log_events = LogEventBuffer(self.config.name, "cm").install()
         self._log_task = asyncio.create_task(self._publish_log_events(self._log_events))
         if self.config.users_secret:
@@ -218,10 +222,20 @@ class ConnectionManager:
         self.ready = True
         log.info("cm %s listening on %s:%d", self.config.name, self.config.host, self.config.port)
 
+    async def _listen(self, host: str, port: int) -> asyncio.base_events.Server:
+        return await asyncio.start_server(
+            self._serve,
+            host,
+            port,
+            limit=2 * 1024 * 1024,
+            ssl=self.tls.server(peer_cert=False) if self.tls is not None else None,
+        )
+
     async def stop(self) -> None:
         self.ready = False
-        if self._server:
-            self._server.close()
+        for server in (self._server, self._local_server):
+            if server is not None:
+                server.close()
         for s in list(self.sessions.values()):
             s.conn.close()
         for link in self.links.values():

@@ -6,7 +6,10 @@ watermark of the partition's ``PartitionPrimary``: ``min_in_sync`` copies) and o
 PRODUCE_ACKs. Every append first passes ``PartitionPrimary.check_append``, the one place that checks
 the request's epoch (older: STALE_EPOCH, newer: NOT_PRIMARY), the lease (NOT_PRIMARY), the in-sync
 count (NOT_ENOUGH_REPLICAS) and a new idempotent producer's first sequence. A partition with one
-replica is a primary with no backups: the same path, committed once flushed.
+replica is a primary with no backups: the same path, committed once flushed. The broker's own
+records (``_DMQ`` moves, committed transactions, cursors, delivery counts, reader cursors) go through
+the same ``_append`` / ``append_control`` and its fencing (not stepped down, lease valid), without the
+in-sync count: a fenced or superseded primary writes nothing at all.
 
 Flow control toward producers: while the backlog (log end minus the lowest cursor of any queue or
 subscription) exceeds ``max_backlog`` records the worker stops appending, so produce acks stop,
@@ -34,7 +37,9 @@ watermark: ``control_waiter``) by one group-commit task, the control committer:
   reuses an attempt number, so a late ACK of a hand-out before the failover (ACK ``rd``) cannot
   acknowledge the new one. A round that cannot be committed sends nothing and withdraws its
   deliveries uncounted (no round is even appended while the lease is known lost): a lease that
-  lapses for a while costs a delivery count only to what was sent.
+  lapses for a while costs a delivery count only to what was sent. A committed round's delivery
+  that was given back meanwhile (its consumer left) is not sent and withdrawn uncounted too (in
+  memory only: a new primary still counts it once).
 """
 
 from __future__ import annotations
@@ -111,6 +116,10 @@ class CommitError(Exception):
     def __init__(self, code: ErrorCode, msg: str) -> None:
         super().__init__(msg)
         self.frame_code = code
+
+
+class _NotWritable(Exception):
+    """A produce to a partition that takes no writes (draining): PARTITION_NOT_WRITABLE."""
 
 
 def _never() -> bool:
@@ -237,7 +246,7 @@ class PartitionHost:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self.refuse_ack_replies(ErrorCode.MM_UNAVAILABLE, f"{self.name} is stopping")
-        self.write_cursors()
+        self.write_cursors()  # nothing when the primary was closed first (the replicated ones)
         try:
             await self.storage.aclose()
         except Exception:
@@ -281,13 +290,82 @@ class PartitionHost:
     ) -> None:
         """Append a batch the broker itself produces (_DMQ moves, _LOG events, committed
         transactions); the produce worker flushes it (and lets replication commit it) before
-        consumers can see it."""
-        self.storage.append(dest, count, blob, self.epoch, flags, expiry, extra)
-        if not is_reserved(dest):
-            self.data_end = self.storage.end_offset
-        if dest.startswith("queue:") and ("q:" + dest) not in self.states:
-            self._queue_state(dest, self.storage.end_offset - count)
+        consumers can see it. ``CommitError`` (NOT_PRIMARY), nothing appended, while this primary
+        may not write."""
+        self._append(dest, count, blob, flags, expiry, extra)
         self._produce_ready.set()
+
+    def _may_write(self) -> None:
+        """The fencing every append to this log passes, a producer's or the broker's own: not
+        stepped down (demoted, closed) and the lease valid. A superseded primary learns of its
+        successor only once its lease is back (the lease waits for the newest table), so until then
+        a record it wrote could be one a new primary never has."""
+        try:
+            self.leader.ensure_writable()
+        except NotPrimaryError as exc:
+            raise CommitError(ErrorCode.NOT_PRIMARY, str(exc)) from None
+
+    async def _lease_settled(self) -> None:
+        """``_may_write``, giving a table update in flight (the lease waits for this MM to apply
+        it) ~0.2 s to land first."""
+        for _ in range(10):
+            if self.leader.writable or not self._catching_up():
+                break
+            await asyncio.sleep(0.02)
+        self._may_write()
+
+    def _append(
+        self,
+        dest: str,
+        count: int,
+        blob: bytes,
+        flags: int = 0,
+        expiry: int = 0,
+        extra: dict[str, Any] | None = None,
+        *,
+        request: dict[str, Any] | None = None,
+    ) -> tuple[int, int, bool]:
+        """The one way a data batch enters the log as primary; ``(base, last, duplicate)``.
+
+        A produce ``request`` passes every rule of ``PartitionPrimary.check_append`` (its epoch,
+        the lease, ``minInSync``, a new producer's first sequence) and the partition taking
+        writes; the broker's own batches pass the fencing alone (``_may_write``): like cursors,
+        they only need the in-sync replicas, and a draining partition still moves records to
+        ``_DMQ``."""
+        producer_id = base_sequence = -1
+        if request is None:
+            self._may_write()
+        else:
+            pid = request.get("pid")
+            producer_id = int(pid) if pid is not None else -1
+            base_sequence = int(request.get("seq", -1))
+            self.leader.check_append(int(request.get("e", self.epoch)), producer_id, base_sequence)
+            if not self.writable:
+                raise _NotWritable(f"{self.name} takes no writes")
+        base, last, dup = self.storage.append(
+            dest,
+            count,
+            blob,
+            self.epoch,
+            flags,
+            expiry,
+            extra,
+            producer_id=producer_id,
+            base_sequence=base_sequence,
+            producer_epoch=int((request or {}).get("pep", 0)),
+        )
+        if not dup:
+            if not is_reserved(dest):
+                self.data_end = last + 1
+            if dest.startswith("queue:") and ("q:" + dest) not in self.states:
+                self._queue_state(dest, base)
+        return base, last, dup
+
+    def append_control(self, records: list[ControlRecord]) -> None:
+        """Append control records (cursors, delivery counts, reader cursors), fenced like every
+        append (``CommitError`` while this primary may not write); committed by the next flush."""
+        self._may_write()
+        self.storage.append_control(records, self.epoch)
 
     def wake_consumers(self) -> None:
         """Records became visible or were given back: let the dispatcher hand them out."""
@@ -351,13 +429,7 @@ class PartitionHost:
             raise CommitError(ErrorCode.NOT_PRIMARY, str(exc)) from None
         except (ReplicationError, TimeoutError) as exc:
             raise CommitError(ErrorCode.MM_UNAVAILABLE, f"not replicated: {exc!r}") from None
-        for _ in range(10):  # a table update in flight (lease waiting for it): give it ~0.2 s
-            if self.leader.writable or not self._catching_up():
-                break
-            await asyncio.sleep(0.02)
-        if not self.leader.writable:
-            # The lease must still hold when the acknowledgements go out.
-            raise CommitError(ErrorCode.NOT_PRIMARY, f"{self.name}: lease lost before acknowledging")
+        await self._lease_settled()  # the lease must still hold when the acknowledgements go out
 
     def _append_one(self, frame: dict[str, Any]) -> dict[str, Any]:
         corr = frame.get("c")
@@ -374,24 +446,11 @@ class PartitionHost:
             flags = int(frame.get("f", 0))
             if dest.startswith("queue:") and not flags & BatchFlag.CHUNK:
                 check_records(blob, count)  # a queue hands its records out one by one
-            pid = frame.get("pid")
-            producer_id = int(pid) if pid is not None else -1
-            base_sequence = int(frame.get("seq", -1))
-            self.leader.check_append(int(frame.get("e", self.epoch)), producer_id, base_sequence)
-            if not self.writable:
-                return error_frame(ErrorCode.PARTITION_NOT_WRITABLE, f"{self.name} takes no writes", corr)
-            base, last, dup = self.storage.append(
-                dest,
-                count,
-                blob,
-                self.epoch,
-                flags,
-                int(frame.get("x", 0)),
-                frame.get("xa"),
-                producer_id=producer_id,
-                base_sequence=base_sequence,
-                producer_epoch=int(frame.get("pep", 0)),
+            base, last, dup = self._append(
+                dest, count, blob, flags, int(frame.get("x", 0)), frame.get("xa"), request=frame
             )
+        except _NotWritable as exc:
+            return error_frame(ErrorCode.PARTITION_NOT_WRITABLE, str(exc), corr)
         except (KeyError, ValueError, TypeError) as exc:
             return error_frame(ErrorCode.INVALID_REQUEST, f"bad produce: {exc}", corr)
         except (ReplicationError, LogError) as exc:
@@ -399,15 +458,12 @@ class PartitionHost:
             if code is None:
                 return error_frame(ErrorCode.INTERNAL, f"log error: {exc}", corr)
             return error_frame(code, f"{self.name}: {exc}", corr)
+        pid = frame.get("pid")
         if pid is not None:
             self.producers.seen([int(pid)])
         if dup:
             return {"t": FrameType.PRODUCE_ACK, "r": corr, "p": self.name, "o": base, "l": last, "dup": True}
         self.appended_records += count
-        if not is_reserved(dest):
-            self.data_end = last + 1
-        if dest.startswith("queue:") and ("q:" + dest) not in self.states:
-            self._queue_state(dest, base)
         return {"t": FrameType.PRODUCE_ACK, "r": corr, "p": self.name, "o": base, "l": last}
 
     # -- subscriptions ---------------------------------------------------------------------------
@@ -514,7 +570,10 @@ class PartitionHost:
                 state.mark_acked(first, last)
                 return
             end = min(last, batch.next_offset - 1)
-            self._to_dmq(state, batch, first, end, "rejected by a consumer")
+            if not self._to_dmq(state, batch, first, end, "rejected by a consumer"):
+                # Fenced: given back instead (the rejection's answer fails with the round).
+                heapq.heappush(state.redeliver, (first, last))
+                return
             first = end + 1
 
     # -- delivery --------------------------------------------------------------------------------
@@ -546,10 +605,7 @@ class PartitionHost:
                     links = [owner]  # a stream's chunks all go to one consumer
                 fitted = self._fit(links, batch, first, last, [owner] if owner is not None else state.links)
                 if fitted is None:  # no link has room for the next record: it waits
-                    if again:
-                        heapq.heappush(state.redeliver, (first, last))
-                    else:
-                        state.next_offset = first
+                    _put_back(state, first, last, again)
                     break
                 link, end, blob, size = fitted
                 if end < last:  # the rest of the run goes to the next link with room
@@ -679,25 +735,28 @@ class PartitionHost:
                 else:
                     state.next_offset = end + 1
                 last = end
+            reason = None
             if batch.expiry and batch.expiry < now:
-                if state.is_queue:
-                    self._to_dmq(state, batch, first, last, "expired")
-                elif again and state.persistent:
-                    state.mark_acked(first, last)
-                continue
-            if state.times_delivered(first) > self.max_redeliveries:
-                self._to_dmq(
-                    state, batch, first, last, f"maximum redeliveries ({self.max_redeliveries}) exceeded"
-                )
-                continue
-            return batch, first, last, again
+                if not state.is_queue:
+                    if again and state.persistent:
+                        state.mark_acked(first, last)
+                    continue
+                reason = "expired"
+            elif state.times_delivered(first) > self.max_redeliveries:
+                reason = f"maximum redeliveries ({self.max_redeliveries}) exceeded"
+            if reason is None:
+                return batch, first, last, again
+            if not self._to_dmq(state, batch, first, last, reason):
+                _put_back(state, first, last, again)  # fenced: moved once the lease is back
+                return None
 
-    def _to_dmq(self, state: DeliveryState, batch: StoredBatch, first: int, last: int, reason: str) -> None:
+    def _to_dmq(self, state: DeliveryState, batch: StoredBatch, first: int, last: int, reason: str) -> bool:
         """Move records ``first`` .. ``last`` of ``batch`` (alone: not the rest of their batch) to
-        ``_DMQ`` with their origin and the reason; they count as acknowledged here."""
-        state.mark_acked(first, last)
+        ``_DMQ`` with their origin and the reason; they count as acknowledged here. False (nothing
+        moved, nothing acknowledged) while this primary may not write."""
         if batch.dest == DMQ_DESTINATION:
-            return
+            state.mark_acked(first, last)
+            return True
         extra = dict(batch.extra or {})
         extra.update({"orig": batch.dest, "reason": reason, "from": f"{self.name}:{first}"})
         if batch.flags & BatchFlag.CHUNK or (first == batch.base and last == batch.next_offset - 1):
@@ -707,8 +766,13 @@ class PartitionHost:
                 batch.blob, self._record_spans(batch), first - batch.base, last - batch.base + 1
             )
         count = last - first + 1
-        self.append_internal(DMQ_DESTINATION, count, blob, batch.flags | BatchFlag.DMQ, extra)
+        try:
+            self.append_internal(DMQ_DESTINATION, count, blob, batch.flags | BatchFlag.DMQ, extra)
+        except CommitError:
+            return False
+        state.mark_acked(first, last)
         log.info("moved %s:%d..%d (%s) to _DMQ: %s", self.name, first, last, batch.dest, reason)
+        return True
 
     # -- cursors and delivery counts ----------------------------------------------------------------
     def cursor_records(self, everything: bool = False) -> list[ControlRecord]:
@@ -730,10 +794,13 @@ class PartitionHost:
         return records
 
     def write_cursors(self, everything: bool = False) -> None:
-        """Append the changed (or all) cursors as control records (committed by the next flush)."""
+        """Append the changed (or all) cursors as control records (committed by the next flush);
+        while this primary may not write, nothing: they stay changed for a later round."""
+        if not self.leader.writable:
+            return
         records = self.cursor_records(everything)
         if records:
-            self.storage.append_control(records, self.epoch)
+            self.append_control(records)
 
     async def _retention(self) -> None:
         """Delete whole segments below every cursor (after re-writing all cursors above them).
@@ -742,8 +809,8 @@ class PartitionHost:
         commit is appended at the log end), so they survive without a re-write."""
         while True:
             await asyncio.sleep(self.retention_interval)
-            if not self.serving:
-                continue
+            if not self.serving or not self.leader.writable:
+                continue  # fenced: its cursors cannot be re-written, so nothing goes
             if self.retain_bytes is not None:
                 self._trim_quietly()
                 continue
@@ -798,9 +865,8 @@ class PartitionHost:
             replies, self._ack_replies = self._ack_replies, []
             self._committing = replies
             try:
-                if not self.leader.writable and not self._catching_up():
-                    # Known lost (lease lapsed, stepped down): nothing to append, a round would fail.
-                    raise CommitError(ErrorCode.NOT_PRIMARY, f"{self.name}: no lease")
+                # Fenced (lease lapsed, stepped down): nothing to append, the round fails.
+                await self._lease_settled()
                 self.write_cursors()
                 await self.commit_control(self.storage.end_offset)
             except Exception as exc:
@@ -817,9 +883,14 @@ class PartitionHost:
                 self._wake()
                 continue
             self._committing = []
-            # A delivery given back while its round waited (its stream was given back by a failed
-            # round, its consumer left) is not sent: it is handed out again, counted, later.
-            deliveries = [(link.conn, f) for state, link, f in outbox if _outstanding(state, link, f)]
+            deliveries = []
+            for state, link, f in outbox:
+                if _outstanding(state, link, f):
+                    deliveries.append((link.conn, f))
+                else:
+                    # Given back while its round waited (its consumer left, its stream was given
+                    # back by a failed round): never sent, so it does not count either.
+                    state.withdraw(f["o"], int(f["n"]), link, int(f.get("rd", 0)) + 1)
             for conn, frame in deliveries + [
                 (conn, {"t": FrameType.OK, "r": f.get("c")}) for conn, f in replies
             ]:
@@ -851,6 +922,14 @@ class PartitionHost:
                 self._check_space()
                 if not self.blocked:
                     self._produce_ready.set()
+
+
+def _put_back(state: DeliveryState, first: int, last: int, again: bool) -> None:
+    """Records ``first`` .. ``last`` taken by ``_next_for`` but not handed out: next time again."""
+    if again:
+        heapq.heappush(state.redeliver, (first, last))
+    else:
+        state.next_offset = first
 
 
 def _outstanding(state: DeliveryState, link: ConsumerLink, frame: dict[str, Any]) -> bool:

@@ -61,7 +61,7 @@ async def commit(mm: MessageManager, frame: dict[str, Any]) -> dict[str, Any]:
         err.update(start=host.storage.start_offset, hw=end)
         return err
     try:
-        host.storage.append_control([ReaderCursor(reader, offset)], host.epoch)
+        host.append_control([ReaderCursor(reader, offset)])
         await host.commit_control(host.storage.end_offset)  # like consumer cursors
     except LogError as exc:
         return error_frame(ErrorCode.MM_UNAVAILABLE, f"{name}: reader cursor not stored: {exc}", corr)
