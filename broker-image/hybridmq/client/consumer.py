@@ -284,7 +284,7 @@ class Consumer(SessionClient):
         if not requeue:
             ack["rq"] = False
         try:
-            fut = conn.request_nowait(ack)
+            fut = _refusal_as_client_error(conn.request_nowait(ack))
         except ConnectionClosed:
             return None
         if track and (not nack or not requeue):
@@ -526,3 +526,24 @@ class Consumer(SessionClient):
     def abort(self) -> None:
         """End at once, as a killed process would: no unsubscribe, nothing more acknowledged."""
         self.session.close()
+
+
+def _refusal_as_client_error(answer: asyncio.Future[Any]) -> asyncio.Future[Any]:
+    """The confirmation a user awaits: a broker's refusal raises ``ClientError`` (the client's
+    public error, as ``commit`` raises), not the wire layer's ``RemoteError``."""
+    confirmed: asyncio.Future[Any] = answer.get_loop().create_future()
+
+    def settle(done: asyncio.Future[Any]) -> None:
+        if confirmed.done():
+            return
+        if done.cancelled():
+            confirmed.cancel()
+        elif isinstance(exc := done.exception(), RemoteError):
+            confirmed.set_exception(ClientError(exc.code, exc.msg))
+        elif exc is not None:
+            confirmed.set_exception(exc)
+        else:
+            confirmed.set_result(done.result())
+
+    answer.add_done_callback(settle)
+    return confirmed
