@@ -191,6 +191,10 @@ def test_cms_roll_after_the_mms_one_at_a_time() -> None:
     d = plan_roll(_inp(_pods("mm", 3, NEW), down, _spread(3)))
     assert (d.reason, d.delete) == (WAITING_FOR_READY, None)
     assert d.updated["cm"] == (1, 3)
+    # The last new MM not Ready yet: the CMs wait for it.
+    mms = [*_pods("mm", 2, NEW), RollPod("c-mm-2", "mm", NEW, ready=False)]
+    d = plan_roll(_inp(mms, cms, _spread(3)))
+    assert (d.reason, d.delete, d.mark) == (WAITING_FOR_READY, None, None) and "c-mm-2" in d.message
 
 
 def test_mms_being_scaled_away_are_not_rolled() -> None:

@@ -20,8 +20,8 @@ decides the same again), one step at a time:
   Ready (an MM is Ready once it caught up with what it holds) before the next MM is marked.
 * A marked MM that runs the current spec again (the spec was reverted mid-roll) is unmarked, not
   restarted.
-* Then CMs, one at a time: the next goes once every CM pod is Ready (clients reconnect to the
-  others).
+* Then CMs, once every MM pod is Ready again, one at a time: the next goes once every CM pod is
+  Ready (clients reconnect to the others).
 * A cluster with one MM cannot move its replicas anywhere: its pod is restarted as it is.
 """
 
@@ -181,6 +181,11 @@ def plan_roll(inp: RollInput) -> RollDecision:
     if mms is not None and (mms.outdated or any(p.marked for p in mms.pods)):
         return _step_mm(mms, inp.partitions, updated)
     if cms is not None and cms.outdated:
+        if mms is not None and (mms.down or mms.missing > 0):
+            # The MMs' roll ends with the last new MM Ready: a CM restart meanwhile would add
+            # client reconnects to its catch-up.
+            behind = sorted((p.name for p in inp.partitions if p.out_of_sync), key=natural_key)
+            return _while_down(mms, inp.partitions, behind, updated)
         return _step_cm(cms, updated)
     revisions = ", ".join(f"{r.upper()}s at {x.target.revision}" for r, x in sorted(roles.items()))
     return RollDecision(False, DONE, f"every broker pod runs the current spec ({revisions})", updated=updated)
