@@ -10,6 +10,11 @@ every partition in sync, then the next. The stall figures cover the MMs' part of
 producers stop once the last MM pod was replaced (the CM, restarted last, comes back on a new pod
 IP the producers never knew). Then the roll must end ``Done``; a consumer and a log reader check
 what was stored, as in the SIGTERM mode. There is no kill phase (``max_stall_ms_kill`` is null).
+
+Where the stall goes: the bench watches the MM pods itself (every 0.1 s) and splits the roll into
+one phase per MM, from its mark (``hybridmq.io/roll``: its primaries are handed over now) to its
+new pod Ready; ``phases`` gives each one's length, the longest stall of the sends made in it and
+the mark-to-deletion time (replicas moving off). ``failures`` counts the failed sends by reason.
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ import sys
 import tempfile
 import time
 import uuid
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +51,7 @@ from localcluster import LocalCluster as KubeCluster  # noqa: E402
 
 CLUSTER = "rollbench"
 MMS = 3
+MARK = "hybridmq.io/roll"
 
 
 def _status(kube: Kube) -> dict[str, Any]:
@@ -60,6 +68,65 @@ def _bootstrap(kube: Kube) -> str:
     )
 
 
+def _fresh_bootstrap(kube: Kube) -> str | None:
+    """The CM addresses once the status names the Ready CM pods' current IPs (the CM restarted last
+    comes back on a new pod IP; the status may still list the old one for a round)."""
+    ips = {p.status.pod_ip for p in kube.pods("cm") if p.metadata.name in kube.ready_pods("cm")}
+    bootstrap = _bootstrap(kube)
+    return bootstrap if ips and all(ip in bootstrap for ip in ips) else None
+
+
+@dataclass
+class MMTimeline:
+    """What the bench saw of each MM pod, on the event loop's clock: when its old pod was marked
+    and deleted, when its new pod was Ready."""
+
+    before: dict[str, str]  # name -> uid of the pod before the roll
+    marked: dict[str, float] = field(default_factory=dict)
+    deleted: dict[str, float] = field(default_factory=dict)
+    ready: dict[str, float] = field(default_factory=dict)
+
+    def see(self, pods: list[Any], ready: set[str], now: float) -> None:
+        for pod in pods:
+            name, old = pod.metadata.name, pod.metadata.uid == self.before.get(pod.metadata.name)
+            if old and (pod.metadata.annotations or {}).get(MARK):
+                self.marked.setdefault(name, now)
+            if old and pod.metadata.deletion_timestamp is not None:
+                self.deleted.setdefault(name, now)
+            if not old and name in ready:
+                self.ready.setdefault(name, now)
+        for name in set(self.before) - {p.metadata.name for p in pods}:
+            self.deleted.setdefault(name, now)
+
+    def phases(self, producers: list[Any]) -> list[dict[str, object]]:
+        out: list[dict[str, object]] = []
+        for name in sorted(self.ready, key=lambda n: self.ready[n]):
+            start = self.marked.get(name, self.deleted.get(name, self.ready[name]))
+            stalls = [x for p in producers for x in p.stalls_ms(start, self.ready[name])]
+            out.append(
+                {
+                    "mm": name,
+                    "s": round(self.ready[name] - start, 1),
+                    "moving_s": round(self.deleted.get(name, start) - start, 1),
+                    "max_stall_ms": round(max(stalls, default=0.0), 1),
+                }
+            )
+        return out
+
+
+async def _watch_mms(kube: Kube, timeline: MMTimeline, stop: asyncio.Event) -> None:
+    loop = asyncio.get_running_loop()
+    while not stop.is_set():
+        pods = await asyncio.to_thread(kube.pods, "mm")
+        ready = {
+            p.metadata.name
+            for p in pods
+            if any(c.type == "Ready" and c.status == "True" for c in (p.status.conditions or []))
+        }
+        timeline.see(pods, ready, loop.time())
+        await asyncio.sleep(0.1)
+
+
 def _settled(kube: Kube, fixed: int) -> bool:
     parts = [p.get("status") or {} for p in kube.by_type("fixed")]
     return (
@@ -74,8 +141,11 @@ def _settled(kube: Kube, fixed: int) -> bool:
 async def _roll(kube: Kube, args: argparse.Namespace) -> dict[str, object]:
     names = sorted(p["metadata"]["name"] for p in kube.by_type("fixed"))
     bootstrap = _bootstrap(kube)
+    timeline = MMTimeline({p.metadata.name: p.metadata.uid for p in kube.pods("mm")})
     producers, stop, tasks, t0 = await steady_load(bootstrap, names, args.rate, args.before)
     loop = asyncio.get_running_loop()
+    watch_stop = asyncio.Event()
+    watching = asyncio.create_task(_watch_mms(kube, timeline, watch_stop))
     roll_start = loop.time()
     kube.patch_cluster(
         CLUSTER, {"metadata": {"annotations": {"hybridmq.io/restartedAt": f"{time.time():.3f}"}}}
@@ -86,14 +156,16 @@ async def _roll(kube: Kube, args: argparse.Namespace) -> dict[str, object]:
 
     await asyncio.to_thread(wait_for, lambda: _rolling(kube).get("status") == "True", 60, "Rolling")
     await asyncio.to_thread(wait_for, mms_replaced, 600, "every MM replaced")
+    await asyncio.to_thread(wait_for, lambda: len(timeline.ready) == MMS, 600, "every new MM Ready")
     roll_end = loop.time()
     stop.set()
-    await asyncio.gather(*tasks)
+    watch_stop.set()
+    await asyncio.gather(*tasks, watching)
     await asyncio.to_thread(wait_for, lambda: _settled(kube, len(names)), 600, "the roll Done")
     took = loop.time() - roll_start
     for p in producers:
         await p.producer.close()
-    bootstrap = _bootstrap(kube)
+    bootstrap = await asyncio.to_thread(wait_for, lambda: _fresh_bootstrap(kube), 120, "the new CM listed")
     want = {f"{p.name}:{n}" for p in producers for n, s in p.sent.items() if s.acked_at is not None}
     stored = await consume_all(bootstrap, want, 30)
     logs, dmq = await read_logs(bootstrap)
@@ -111,6 +183,8 @@ async def _roll(kube: Kube, args: argparse.Namespace) -> dict[str, object]:
         "dmq": dmq,
         "mode": "operator",
         "roll_s": round(took, 1),
+        "phases": timeline.phases(producers),
+        "failures": dict(Counter(f.split(": ", 1)[-1][:80] for p in producers for f in p.failed)),
     }
 
 
