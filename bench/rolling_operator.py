@@ -2,14 +2,15 @@
 cluster, triggered by the restart annotation, instead of SIGTERMs sent by the bench.
 
 The local control plane (``hack/localcluster``; ``$LOCALCLUSTER_DIR`` to attach to a running one),
-the operator as a process, a BrokerCluster of 3 real MMs and 1 CM, fixed partitions with 2 replicas
-(``minInSync`` 2), no on-demand partitions, one steady producer per partition through the CM. After
+the operator as a process, a BrokerCluster of 3 real MMs and 2 CMs, fixed partitions with 2 replicas
+(``minInSync`` 2), no on-demand partitions, one steady producer per partition through the CMs. After
 ``--before`` seconds of steady load, ``hybridmq.io/restartedAt`` is set; the operator moves each MM's
 replicas off (graceful handoff of its primaries), deletes its pod, waits for the new pod Ready and
 every partition in sync, then the next. The stall figures cover the MMs' part of the roll: the
-producers stop once the last MM pod was replaced (the CM, restarted last, comes back on a new pod
-IP the producers never knew). Then the roll must end ``Done``; a consumer and a log reader check
-what was stored, as in the SIGTERM mode. There is no kill phase (``max_stall_ms_kill`` is null).
+producers stop once the last new MM pod is Ready (the CMs restart then: the producers move to the
+other CM for the first one, but a CM comes back on a new pod IP they never knew). Then the roll
+must end ``Done``; a consumer and a log reader check what was stored, as in the SIGTERM mode.
+There is no kill phase (``max_stall_ms_kill`` is null).
 
 Where the stall goes: the bench watches the MM pods itself (every 0.1 s) and splits the roll into
 one phase per MM, from its mark (``hybridmq.io/roll``: its primaries are handed over now) to its
@@ -51,6 +52,7 @@ from localcluster import LocalCluster as KubeCluster  # noqa: E402
 
 CLUSTER = "rollbench"
 MMS = 3
+CMS = 2  # the producers know both: the first CM restarted (right after the MMs) is survivable
 MARK = "hybridmq.io/roll"
 
 
@@ -131,7 +133,7 @@ def _settled(kube: Kube, fixed: int) -> bool:
     parts = [p.get("status") or {} for p in kube.by_type("fixed")]
     return (
         len(kube.ready_pods("mm")) == MMS
-        and len(kube.ready_pods("cm")) == 1
+        and len(kube.ready_pods("cm")) == CMS
         and len(parts) == fixed
         and all(sorted(s.get("replicas") or []) == sorted(s.get("inSync") or [1]) for s in parts)
         and _rolling(kube).get("reason") == "Done"
@@ -201,7 +203,7 @@ def run_operator(args: argparse.Namespace) -> dict[str, object]:
         cluster.create_namespace(ns)
         command = {"HYBRIDMQ_BROKER_COMMAND": pod_ip_broker_command()}
         op = OperatorProcess(cluster, ns, broker="real", extra_env=command).start()
-        body = sample_cluster(CLUSTER, ns, mms=MMS, cms=1, fixed=args.partitions)
+        body = sample_cluster(CLUSTER, ns, mms=MMS, cms=CMS, fixed=args.partitions)
         body["spec"]["partitions"]["onDemand"]["perMessageManager"] = 0
         kube.create(body)
         wait_for(lambda: _settled(kube, args.partitions), 300, "the cluster up, in sync, not rolling")
