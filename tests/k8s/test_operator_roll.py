@@ -1,23 +1,32 @@
 """Health-gated rolling restarts by the operator, with the real brokers on the local cluster.
 
 One BrokerCluster of 3 real MMs and 2 CMs, fixed
-partitions with 2 replicas, a 90 s lease. ``hybridmq.io/restartedAt`` on the BrokerCluster rolls
-every broker pod while producers send to every fixed partition (through the MMs and the first CM;
-they move to the other CM meanwhile): the test's own watch of the pods sees at most one MM and one
-CM pod unavailable at any instant, every pod is replaced once, every send is acknowledged and a
-consumer afterwards gets every acknowledged message, and ``Rolling`` ends ``Done`` with
-``status.roll`` counting every pod and Events naming the steps.
+partitions with 2 replicas, a 90 s lease so that a frozen MM stays a member while it falls behind.
+In order:
+
+1. ``hybridmq.io/restartedAt`` on the BrokerCluster rolls every broker pod while producers send to
+   every fixed partition (through the MMs and the first CM; they move to the other CM meanwhile):
+   the test's own watch of the pods sees at most one MM and one CM pod unavailable at any instant,
+   every pod is replaced once, every send is acknowledged and a consumer afterwards gets every
+   acknowledged message, and ``Rolling`` ends ``Done`` with ``status.roll`` counting every pod and
+   Events naming the steps.
+2. The same under load with the operator killed (SIGKILL) once an MM is replaced and another is
+   not, and a new operator process started: the roll completes with the same checks.
+3. The last MM to roll leading a partition whose backup is frozen out of sync: the roll waits,
+   says ``WaitingForInSync`` naming the partition, touches no pod, and completes once it thaws.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import signal
 import sys
 import threading
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -212,10 +221,28 @@ def cms_updated(kube: Kube) -> int:
     return int(roll.get("connectionManagersUpdated", 0))
 
 
-async def _roll_under_load(kube: Kube, pods: PodWatch) -> dict[str, int]:
+def replaced_once(pods: PodWatch, before: dict[str, str], after: dict[str, str]) -> None:
+    """Each pod replaced exactly once: its name saw the old uid, then only the new one."""
+    for name, uid in before.items():
+        seen = pods.uids[name]
+        assert seen[seen.index(uid) + 1 :] == [after[name]], (name, seen)
+
+
+def one_mm_replaced(kube: Kube, before: dict[str, str]) -> bool:
+    """An MM pod replaced and Ready while another still runs its old pod (the test's own reads)."""
+    ready = set(kube.ready_pods("mm"))
+    now = {p.metadata.name: p.metadata.uid for p in kube.pods("mm")}
+    replaced = [n for n, uid in now.items() if uid != before.get(n) and n in ready]
+    return bool(replaced) and any(uid == before.get(n) for n, uid in now.items())
+
+
+async def _roll_under_load(
+    kube: Kube, pods: PodWatch, mid_roll: Callable[[], None] | None = None
+) -> dict[str, int]:
     """Producers send through the MMs' roll and the first CM's restart (they move to the other
     CM); they stop before the second CM goes (a client knows the CMs it was given and the first
-    one's replacement has a new pod IP). A consumer started after the roll reads everything."""
+    one's replacement has a new pod IP). A consumer started after the roll reads everything.
+    ``mid_roll`` runs once the first MM is replaced and Ready, before the last one is."""
     bootstrap = cm_bootstrap(kube)
     loads = [
         ProducerLoad(
@@ -235,6 +262,14 @@ async def _roll_under_load(kube: Kube, pods: PodWatch) -> dict[str, int]:
         started = time.monotonic()
         request_restart(kube)
         await asyncio.to_thread(wait_for, lambda: rolling(kube).get("status") == "True", 180, "Rolling=True")
+        if mid_roll is not None:
+            await asyncio.to_thread(
+                wait_for,
+                lambda: one_mm_replaced(kube, before),
+                ROLL_TIMEOUT_S,
+                "one MM replaced, one not yet",
+            )
+            await asyncio.to_thread(mid_roll)
         await asyncio.to_thread(
             wait_for, lambda: mms_updated(kube) == MMS, ROLL_TIMEOUT_S, "every MM replaced"
         )
@@ -245,6 +280,7 @@ async def _roll_under_load(kube: Kube, pods: PodWatch) -> dict[str, int]:
         took = time.monotonic() - started
         after = uids_now(kube)
         assert all(after[n] != uid for n, uid in before.items()), (before, after)
+        replaced_once(pods, before, after)
         consumer = ConsumerLoad(await Consumer.connect(cm_bootstrap(kube), DEST))
         consuming = asyncio.create_task(consumer.run(stop_consuming))
         await wait_consumed(loads, consumer, within=120)
@@ -264,12 +300,17 @@ async def _roll_under_load(kube: Kube, pods: PodWatch) -> dict[str, int]:
                 pass
 
 
-def test_restart_annotation_rolls_every_pod_one_at_a_time_losing_nothing(
-    local_cluster: LocalCluster, env: tuple[Kube, OperatorProcess, PodWatch]
-) -> None:
+def _checked_roll(
+    local_cluster: LocalCluster,
+    env: tuple[Kube, OperatorProcess, PodWatch],
+    mid_roll: Callable[[], None] | None = None,
+) -> dict[str, int]:
+    """A roll under load (see ``_roll_under_load``), with the pod watch's verdict: never two MMs
+    or two CMs unavailable at once, and each seen going."""
     kube, op, pods = env
+    wait_for(lambda: roll_done(kube) and in_sync(kube), 120, "settled after the last roll")
     try:
-        figures = asyncio.run(_roll_under_load(kube, pods))
+        figures = asyncio.run(_roll_under_load(kube, pods, mid_roll))
     except AssertionError:
         print(_dump(local_cluster, kube, op))
         raise
@@ -278,6 +319,14 @@ def test_restart_annotation_rolls_every_pod_one_at_a_time_losing_nothing(
     assert pods.worst["cm"] <= 1, f"{pods.worst['cm']} CMs down at once: {pods.worst_at['cm']}"
     assert pods.worst["mm"] == 1 and pods.worst["cm"] == 1  # the watch did see the pods go
     assert figures["acked"] > 100, figures
+    return figures
+
+
+def test_restart_annotation_rolls_every_pod_one_at_a_time_losing_nothing(
+    local_cluster: LocalCluster, env: tuple[Kube, OperatorProcess, PodWatch]
+) -> None:
+    kube = env[0]
+    _checked_roll(local_cluster, env)
     status = kube.cluster(CLUSTER)["status"]
     assert (
         status["roll"]["messageManagersUpdated"] == MMS and status["roll"]["connectionManagersUpdated"] == CMS
@@ -286,3 +335,103 @@ def test_restart_annotation_rolls_every_pod_one_at_a_time_losing_nothing(
     assert {"RollMovingReplicas", "RollRestartingPod", "RollDone"} <= reasons, reasons
     described = local_cluster.kubectl("describe", "hbc", CLUSTER, "-n", kube.namespace).stdout
     assert "Rolling" in described and "RollRestartingPod" in described
+
+
+def test_operator_killed_mid_roll_resumes_it(
+    local_cluster: LocalCluster, env: tuple[Kube, OperatorProcess, PodWatch]
+) -> None:
+    """SIGKILL to the operator once an MM is replaced and another still runs its old pod; a new
+    operator process finishes the roll from what the pods and Partitions say."""
+    kube, op, _ = env
+    halted: dict[str, str] = {}
+
+    def restart_operator() -> None:
+        op.kill()
+        halted.update((p.metadata.name, p.metadata.uid) for p in kube.pods("mm"))
+        time.sleep(3)
+        op.start()
+
+    before = uids_now(kube)
+    _checked_roll(local_cluster, env, restart_operator)
+    assert any(halted[n] == before[n] for n in halted), f"no MM left to roll at the kill: {halted}"
+    assert any(halted[n] != before[n] for n in halted), f"no MM replaced before the kill: {halted}"
+
+
+def test_a_roll_waits_while_the_last_mm_is_a_partitions_only_in_sync_copy_and_says_which(
+    local_cluster: LocalCluster, env: tuple[Kube, OperatorProcess, PodWatch]
+) -> None:
+    """The roll (highest ordinal first) is held still by killing the operator the moment it deletes
+    the second MM's pod: every partition is then on mm-0 (not rolled yet) and mm-2 (rolled). mm-2
+    is frozen (SIGSTOP) and a partition led by mm-0 written to until mm-2 drops out of its in-sync
+    set. A new operator process must not touch mm-0, the last MM to roll: its restart would leave
+    that partition with no in-sync copy. ``Rolling`` says ``WaitingForInSync`` naming it, no pod is
+    marked or deleted meanwhile, and once mm-2 is resumed the roll completes."""
+    kube, op, pods = env
+    wait_for(lambda: roll_done(kube) and in_sync(kube), 120, "settled after the last roll")
+    last, second, frozen = (f"{CLUSTER}-mm-{i}" for i in range(3))
+    before = uids_now(kube)
+    request_restart(kube)
+
+    def second_deleted() -> bool:
+        pod = next((p for p in kube.pods("mm") if p.metadata.name == second), None)
+        return (
+            pod is None or pod.metadata.uid != before[second] or pod.metadata.deletion_timestamp is not None
+        )
+
+    wait_for(second_deleted, ROLL_TIMEOUT_S, f"the roll deleting {second}", interval=0.05)
+    op.kill()
+    try:
+        assert uids_now(kube)[last] == before[last] and not roll_marked(kube, last), "the roll got past"
+        name = next(
+            (n for n, s in sorted(fixed_status(kube).items()) if s.get("primary") == last),
+            None,
+        )
+        assert name is not None and frozen in fixed_status(kube)[name]["replicas"], fixed_status(kube)
+        local_cluster.kill_container(kube.namespace, frozen, "mm", signal.SIGSTOP)
+        try:
+            wait_for(lambda: frozen not in kube.ready_pods("mm"), 60, f"{frozen} not Ready once frozen")
+            op.start()
+            asyncio.run(_send_some(kube, name))
+            wait_for(
+                lambda: (
+                    rolling(kube).get("reason") == "WaitingForInSync" and name in rolling(kube)["message"]
+                ),
+                120,
+                f"Rolling=WaitingForInSync naming {name}",
+            )
+            assert frozen not in fixed_status(kube)[name].get("inSync", []), fixed_status(kube)[name]
+            waiting = uids_now(kube)
+            time.sleep(5)  # several rounds: the operator would have acted by now
+            cond = rolling(kube)
+            assert (cond["status"], cond["reason"]) == ("True", "WaitingForInSync"), cond
+            assert uids_now(kube) == waiting and waiting[last] == before[last], (waiting, uids_now(kube))
+            assert not roll_marked(kube, last), "the last MM marked while its partition was out of sync"
+        finally:
+            local_cluster.kill_container(kube.namespace, frozen, "mm", signal.SIGCONT)
+        wait_for(lambda: roll_done(kube), ROLL_TIMEOUT_S, f"the roll Done once {frozen} caught up")
+    except AssertionError:
+        print(_dump(local_cluster, kube, op))
+        raise
+    finally:
+        if not op.alive():
+            op.start()
+    replaced_once(pods, before, uids_now(kube))
+
+
+def roll_marked(kube: Kube, pod: str) -> bool:
+    return any((p.metadata.annotations or {}).get(MARK) for p in kube.pods("mm") if p.metadata.name == pod)
+
+
+async def _send_some(kube: Kube, partition: str) -> None:
+    """Writes that leave the frozen backup behind: refusals or timeouts (too few copies in sync
+    while the primary waits to drop it) are expected and do not matter here."""
+    producer = await Producer.connect(cm_bootstrap(kube), partition_type="fixed", partition=partition)
+    try:
+        sends = [producer.send(DEST, b"s" * 1000) for _ in range(50)]
+        await asyncio.wait_for(asyncio.gather(*sends, return_exceptions=True), 8)
+    except TimeoutError:
+        pass
+    finally:
+        # Its pending sends were cancelled: closing reports that, which does not matter here.
+        with contextlib.suppress(Exception, asyncio.CancelledError):
+            await asyncio.wait_for(producer.close(), 5)

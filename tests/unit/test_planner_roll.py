@@ -8,6 +8,7 @@ from hybridmq.planner.roll import (
     DONE,
     MOVING_REPLICAS,
     RESTARTING,
+    UNMARKING,
     WAITING_FOR_IN_SYNC,
     WAITING_FOR_READY,
     WAITING_FOR_STATEFULSET,
@@ -97,13 +98,53 @@ def test_a_second_mm_is_never_touched_while_one_is_down() -> None:
     assert "not created" in d.message
 
 
-def test_a_partition_out_of_sync_holds_the_roll_and_is_named() -> None:
+def test_the_mm_holding_a_lagging_copy_goes_first_its_restart_takes_no_in_sync_copy() -> None:
     mms = [*_pods("mm", 2), RollPod("c-mm-2", "mm", NEW, ready=True)]
     parts = _spread(3)
     parts[0] = RollPartition("p0", ("c-mm-0", "c-mm-1"), ("c-mm-0",))
     d = plan_roll(_inp(mms, _pods("cm", 1), parts))
+    assert (d.rolling, d.reason, d.mark, d.delete) == (True, MOVING_REPLICAS, "c-mm-1", None)
+
+
+def test_the_roll_waits_when_every_outdated_mm_holds_a_partition_at_its_min_in_sync() -> None:
+    """The last MM to roll is the only in-sync copy of p0 (its backup behind): it stays, and the
+    reason names p0 and where its copy lags; once p0 is in sync again the MM goes."""
+    mms = [RollPod("c-mm-0", "mm", OLD, ready=True), *(RollPod(f"c-mm-{i}", "mm", NEW, True) for i in (1, 2))]
+    parts = _spread(3)
+    parts[0] = RollPartition("p0", ("c-mm-0", "c-mm-1"), ("c-mm-0",))
+    d = plan_roll(_inp(mms, _pods("cm", 1), parts))
     assert (d.rolling, d.reason, d.mark, d.delete) == (True, WAITING_FOR_IN_SYNC, None, None)
-    assert "p0" in d.message and "c-mm-1" in d.message and "p1" not in d.message.split(";")[0]
+    assert "p0" in d.message and "c-mm-1" in d.message and "c-mm-0" in d.message
+    assert "p1" not in d.message and "p2" not in d.message
+    d = plan_roll(_inp(mms, _pods("cm", 1), _spread(3)))
+    assert (d.reason, d.mark) == (MOVING_REPLICAS, "c-mm-0")
+
+
+def test_min_in_sync_is_counted_per_partition_and_capped_at_the_other_replicas() -> None:
+    three = ("c-mm-0", "c-mm-1", "c-mm-2")
+    mms = [*_pods("mm", 3)]
+    # 3 copies, minInSync 2, c-mm-2 behind: c-mm-0 and c-mm-1 are needed, c-mm-2 may go.
+    behind = [RollPartition("p0", three, three[:2], min_in_sync=2)]
+    assert plan_roll(_inp(mms, _pods("cm", 1), behind)).mark == "c-mm-2"
+    only_mm0 = [
+        RollPod("c-mm-0", "mm", OLD, ready=True),
+        *(RollPod(f"c-mm-{i}", "mm", NEW, True) for i in (1, 2)),
+    ]
+    d = plan_roll(_inp(only_mm0, _pods("cm", 1), behind))
+    assert (d.reason, d.mark, d.delete) == (WAITING_FOR_IN_SYNC, None, None) and "p0" in d.message
+    # 2 copies, minInSync 2, both in sync: the copy moves off first, so the roll goes on.
+    full = [RollPartition("p0", three[:2], three[:2], min_in_sync=2)]
+    assert plan_roll(_inp(only_mm0, _pods("cm", 1), full)).mark == "c-mm-0"
+
+
+def test_a_marked_mm_current_again_after_a_revert_is_unmarked_not_restarted() -> None:
+    mms = [*_pods("mm", 2, NEW), RollPod("c-mm-2", "mm", NEW, ready=True, marked=True)]
+    moved = [RollPartition("p0", ("c-mm-0", "c-mm-1"), ("c-mm-0", "c-mm-1"))]
+    d = plan_roll(_inp(mms, _pods("cm", 1, NEW), moved))
+    assert (d.unmark, d.delete, d.mark, d.rolling) == ("c-mm-2", None, None, False)
+    assert d.reason == UNMARKING
+    unmarked = [*mms[:2], replace(mms[2], marked=False)]
+    assert plan_roll(_inp(unmarked, _pods("cm", 1, NEW), moved)).reason == DONE
 
 
 def test_out_of_sync_wins_over_not_ready_in_the_reason() -> None:
@@ -115,15 +156,18 @@ def test_out_of_sync_wins_over_not_ready_in_the_reason() -> None:
     assert "p1" in d.message and "c-mm-2" in d.message
 
 
-def test_an_outdated_mm_down_on_the_old_spec_is_replaced_if_it_holds_no_in_sync_copy() -> None:
+def test_an_outdated_mm_down_on_the_old_spec_is_replaced_unless_a_partition_needs_its_copy() -> None:
     mms = [*_pods("mm", 2), RollPod("c-mm-2", "mm", OLD, ready=False)]
     parts = [RollPartition("p0", ("c-mm-0", "c-mm-1"), ("c-mm-0", "c-mm-1"))]
     d = plan_roll(_inp(mms, _pods("cm", 1), parts))
     assert (d.reason, d.delete) == (RESTARTING, "c-mm-2")
-    # Holding an in-sync copy: wait instead, the copy would go with it.
+    # One of two in-sync copies: the other keeps p0 at its minInSync, so it goes too.
     parts = [RollPartition("p0", ("c-mm-0", "c-mm-2"), ("c-mm-0", "c-mm-2"))]
+    assert plan_roll(_inp(mms, _pods("cm", 1), parts)).delete == "c-mm-2"
+    # The only in-sync copy: wait instead, the copy would go with it.
+    parts = [RollPartition("p0", ("c-mm-0", "c-mm-2"), ("c-mm-2",))]
     d = plan_roll(_inp(mms, _pods("cm", 1), parts))
-    assert (d.reason, d.delete) == (WAITING_FOR_READY, None)
+    assert (d.reason, d.delete) == (WAITING_FOR_IN_SYNC, None) and "p0" in d.message
 
 
 def test_an_mm_that_holds_nothing_or_is_alone_is_restarted_directly() -> None:
@@ -147,6 +191,10 @@ def test_cms_roll_after_the_mms_one_at_a_time() -> None:
     d = plan_roll(_inp(_pods("mm", 3, NEW), down, _spread(3)))
     assert (d.reason, d.delete) == (WAITING_FOR_READY, None)
     assert d.updated["cm"] == (1, 3)
+    # The last new MM not Ready yet: the CMs wait for it.
+    mms = [*_pods("mm", 2, NEW), RollPod("c-mm-2", "mm", NEW, ready=False)]
+    d = plan_roll(_inp(mms, cms, _spread(3)))
+    assert (d.reason, d.delete, d.mark) == (WAITING_FOR_READY, None, None) and "c-mm-2" in d.message
 
 
 def test_mms_being_scaled_away_are_not_rolled() -> None:

@@ -5,18 +5,23 @@ env, a restart request) changes nothing until the operator deletes a pod. This f
 from what the pods and Partitions say right now (level-based: an operator restarted mid-roll
 decides the same again), one step at a time:
 
-* MMs first, one at a time. The next MM is *marked*: the partition planner treats it as stopping
-  and moves its replicas away, make-before-break (primaries handed to an in-sync copy at
-  ``epoch + 1``; each replica replaced and dropped only once the replacement is in sync). Only
-  when no partition names it any more, every other MM is Ready and every partition in sync is its
-  pod deleted, so a partition never loses an in-sync copy to the roll and no second MM is down
-  meanwhile (the MMs that took its replicas may still be catching up). A new pod must be Ready
-  (an MM is Ready once it caught up with what it holds) and every partition fully in sync before
-  the next MM is marked.
-* Then CMs, one at a time: the next goes once every CM pod is Ready (clients reconnect to the
-  others).
-* A pod of the old revision that is not Ready anyway (it crashes on the old spec, say) is
-  replaced first, if it is the only one down and holds no in-sync copy.
+* MMs first, one at a time. Which MM goes next follows Strimzi's KafkaRoller: an outdated MM that
+  is not Ready anyway goes first (if it is the only one down); otherwise the highest outdated MM
+  whose loss keeps every partition it holds at its minInSync in-sync copies on the other MMs
+  (capped at the other replicas: a partition of 2 copies and minInSync 2 still rolls, its copy is
+  moved first). A lagging copy is no reason to wait: restarting the MM that holds it takes no
+  in-sync copy away. When every outdated MM would take a partition below its minInSync, the roll
+  waits (``WaitingForInSync``, naming those partitions).
+* The next MM is *marked*: the partition planner treats it as stopping and moves its replicas
+  away, make-before-break (primaries handed to an in-sync copy at ``epoch + 1``; each replica
+  replaced and dropped only once the replacement is in sync). Only when no partition names it any
+  more, every other MM is Ready and every partition in sync is its pod deleted, so no second MM is
+  down meanwhile (the MMs that took its replicas may still be catching up). A new pod must be
+  Ready (an MM is Ready once it caught up with what it holds) before the next MM is marked.
+* A marked MM that runs the current spec again (the spec was reverted mid-roll) is unmarked, not
+  restarted.
+* Then CMs, once every MM pod is Ready again, one at a time: the next goes once every CM pod is
+  Ready (clients reconnect to the others).
 * A cluster with one MM cannot move its replicas anywhere: its pod is restarted as it is.
 """
 
@@ -37,6 +42,7 @@ WAITING_FOR_READY = "WaitingForReady"
 WAITING_FOR_IN_SYNC = "WaitingForInSync"
 MOVING_REPLICAS = "MovingReplicas"
 RESTARTING = "Restarting"
+UNMARKING = "Unmarking"
 
 SHOWN = 5  # names listed in a message at most
 
@@ -58,10 +64,17 @@ class RollPartition:
     name: str
     replicas: tuple[str, ...]
     in_sync: tuple[str, ...]
+    min_in_sync: int = 1  # in-sync copies its primary needs to acknowledge a write
 
     @property
     def out_of_sync(self) -> tuple[str, ...]:
         return tuple(r for r in self.replicas if r not in self.in_sync)
+
+    def held_below_min_by(self, pod: str) -> bool:
+        """Losing ``pod`` would leave fewer in-sync copies than minInSync, capped at the other
+        replicas (with nowhere else to be in sync, the copy is moved off before the restart)."""
+        floor = min(self.min_in_sync, len(self.replicas) - 1)
+        return pod in self.in_sync and len(self.in_sync) - 1 < floor
 
 
 @dataclass(frozen=True)
@@ -86,6 +99,7 @@ class RollDecision:
     reason: str
     message: str
     mark: str | None = None  # MM whose replicas to move off now
+    unmark: str | None = None  # MM marked for an older revision that is current again
     delete: str | None = None  # pod to delete now
     pod: str | None = None  # the pod the roll is at
     updated: Mapping[str, tuple[int, int]] = field(default_factory=dict)  # role -> (done, total)
@@ -134,14 +148,20 @@ class _Role:
             names.append(f"{self.missing} {self.role.upper()} pod(s) not created yet")
         return f"waiting for {_shown(names)} to be Ready"
 
-    def broken_outdated(self, in_sync_on: set[str]) -> RollPod | None:
-        """The only pod down, of the old revision and holding no in-sync copy: replace it now."""
+    def broken_outdated(self, partitions: Sequence[RollPartition]) -> RollPod | None:
+        """The only pod down, of the old revision, and its loss keeps every partition at its
+        minInSync: replace it now (it is not serving anyway)."""
         if self.missing > 0 or len(self.down) != 1:
             return None
         pod = self.down[0]
-        if pod.deleting or pod.revision == self.target.revision or pod.name in in_sync_on:
+        if pod.deleting or pod.revision == self.target.revision or _held_by(pod.name, partitions):
             return None
         return pod
+
+
+def _held_by(pod: str, partitions: Sequence[RollPartition]) -> list[str]:
+    """The partitions ``pod``'s restart would take below their minInSync."""
+    return sorted((p.name for p in partitions if p.held_below_min_by(pod)), key=natural_key)
 
 
 def plan_roll(inp: RollInput) -> RollDecision:
@@ -151,9 +171,21 @@ def plan_roll(inp: RollInput) -> RollDecision:
     if any(x.target.revision is None for x in roles.values()):
         return RollDecision(True, WAITING_FOR_STATEFULSET, "", updated=updated, known=False)
     mms, cms = roles.get(ROLE_MM), roles.get(ROLE_CM)
+    if mms is not None:
+        current = [p for p in mms.pods if p.marked and p.revision == mms.target.revision and not p.deleting]
+        if current:
+            pod = current[0].name
+            message = f"{pod} runs the current spec again: it stays, unmarked ({_progress(updated)})"
+            rolling = bool(mms.outdated or (cms is not None and cms.outdated))
+            return RollDecision(rolling, UNMARKING, message, unmark=pod, pod=pod, updated=updated)
     if mms is not None and (mms.outdated or any(p.marked for p in mms.pods)):
         return _step_mm(mms, inp.partitions, updated)
     if cms is not None and cms.outdated:
+        if mms is not None and (mms.down or mms.missing > 0):
+            # The MMs' roll ends with the last new MM Ready: a CM restart meanwhile would add
+            # client reconnects to its catch-up.
+            behind = sorted((p.name for p in inp.partitions if p.out_of_sync), key=natural_key)
+            return _while_down(mms, inp.partitions, behind, updated)
         return _step_cm(cms, updated)
     revisions = ", ".join(f"{r.upper()}s at {x.target.revision}" for r, x in sorted(roles.items()))
     return RollDecision(False, DONE, f"every broker pod runs the current spec ({revisions})", updated=updated)
@@ -164,13 +196,17 @@ def _restart(pod: str, message: str, updated: Mapping[str, tuple[int, int]]) -> 
 
 
 def _while_down(
-    role: _Role, in_sync_on: set[str], behind: Sequence[str], updated: Mapping[str, tuple[int, int]]
+    role: _Role,
+    partitions: Sequence[RollPartition],
+    behind: Sequence[str],
+    updated: Mapping[str, tuple[int, int]],
 ) -> RollDecision:
     """A pod of the role is down or missing: wait for it, unless it is an outdated pod that cannot
-    come up on the old spec and holds no in-sync copy (then replace it)."""
+    come up on the old spec and whose loss keeps every partition at its minInSync (then replace
+    it)."""
     progress = _progress(updated)
-    broken = role.broken_outdated(in_sync_on)
-    if broken is not None and not behind:
+    broken = role.broken_outdated(partitions)
+    if broken is not None:
         return _restart(
             broken.name, f"replacing {broken.name}, not Ready on the old spec ({progress})", updated
         )
@@ -187,29 +223,37 @@ def _step_mm(
 ) -> RollDecision:
     progress = _progress(updated)
     named: dict[str, list[str]] = {}
-    in_sync_on: set[str] = set()
     for p in partitions:
         for r in p.replicas:
             named.setdefault(r, []).append(p.name)
-        in_sync_on.update(p.in_sync)
     marked = next((p for p in mms.pods if p.marked and not p.deleting), None)
     if marked is not None and named.get(marked.name):
         message = _moving(sorted(named[marked.name], key=natural_key), marked.name, progress)
         return RollDecision(True, MOVING_REPLICAS, message, pod=marked.name, updated=updated)
-    # Before a pod goes (the marked one once empty, or the next): every other MM Ready and every
-    # partition in sync. The MMs that took the marked one's replicas may still be catching up.
     behind = sorted((p.name for p in partitions if p.out_of_sync), key=natural_key)
+    lagging = sorted({r for p in partitions for r in p.out_of_sync}, key=natural_key)
     if mms.down or mms.missing > 0:
-        return _while_down(mms, in_sync_on, behind, updated)
-    if behind:
-        lagging = sorted({r for p in partitions for r in p.out_of_sync}, key=natural_key)
+        return _while_down(mms, partitions, behind, updated)
+    if marked is not None:
+        # Emptied: it goes once every partition is in sync (the MMs that took its replicas may
+        # still be catching up; deleting it then would make two MMs unavailable at once).
+        if behind:
+            message = (
+                f"partitions not in sync: {_shown(behind)} (copies behind on {_shown(lagging)}) "
+                f"before {marked.name}'s restart ({progress})"
+            )
+            return RollDecision(True, WAITING_FOR_IN_SYNC, message, pod=marked.name, updated=updated)
+        return _restart(marked.name, f"restarting {marked.name} ({progress})", updated)
+    holding = {p.name: _held_by(p.name, partitions) for p in mms.outdated}
+    free = [p for p in mms.outdated if not holding[p.name] or len(mms.pods) == 1]
+    if not free:
+        held = sorted({n for names in holding.values() for n in names}, key=natural_key)
         message = (
-            f"partitions not in sync: {_shown(behind)} (copies behind on {_shown(lagging)}) ({progress})"
+            f"partitions at their minInSync: {_shown(held)} (copies behind on {_shown(lagging)}); "
+            f"restarting {_shown(sorted(holding, key=natural_key))} would take them below ({progress})"
         )
         return RollDecision(True, WAITING_FOR_IN_SYNC, message, updated=updated)
-    if marked is not None:
-        return _restart(marked.name, f"restarting {marked.name} ({progress})", updated)
-    nxt = max(mms.outdated, key=lambda p: natural_key(p.name))
+    nxt = max(free, key=lambda p: natural_key(p.name))
     if not named.get(nxt.name) or len(mms.pods) == 1:
         return _restart(nxt.name, f"restarting {nxt.name} ({progress})", updated)
     message = _moving(sorted(named[nxt.name], key=natural_key), nxt.name, progress)
@@ -218,6 +262,6 @@ def _step_mm(
 
 def _step_cm(cms: _Role, updated: Mapping[str, tuple[int, int]]) -> RollDecision:
     if cms.down or cms.missing > 0:
-        return _while_down(cms, set(), (), updated)
+        return _while_down(cms, (), (), updated)
     nxt = max(cms.outdated, key=lambda p: natural_key(p.name))
     return _restart(nxt.name, f"restarting {nxt.name} ({_progress(updated)})", updated)

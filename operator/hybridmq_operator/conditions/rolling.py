@@ -1,8 +1,9 @@
 """``Rolling``: a roll of the broker pods (a new pod template) in progress, and what it waits for.
 
 True while a pod runs an older revision, with the reason of the step (``MovingReplicas``,
-``Restarting``, ``WaitingForReady``, ``WaitingForInSync``); False with ``Done`` once every pod runs
-the current one. Absent until the operator has seen both StatefulSets' revisions.
+``Restarting``, ``WaitingForReady``, ``WaitingForInSync``, ``Unmarking``); False with ``Done`` once
+every pod runs the current one (or ``Unmarking`` for the round that unmarks an MM a reverted spec no
+longer restarts). Absent until the operator has seen both StatefulSets' revisions.
 """
 
 from __future__ import annotations

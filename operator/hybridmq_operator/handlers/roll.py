@@ -4,8 +4,9 @@ The StatefulSets update ``OnDelete``; each round this module reads the pods' rev
 (``controller-revision-hash``) against their StatefulSet's ``updateRevision`` and the Partitions'
 replica sets, asks the pure ``hybridmq.planner.roll.plan_roll`` for the next step and takes it:
 mark the next MM (pod annotation ``hybridmq.io/roll: moving-replicas``, which makes the partition
-planner move its replicas away), or delete a pod. Nothing is kept in memory but what was last
-announced: an operator restarted mid-roll reads the same pods and annotations and goes on.
+planner move its replicas away), unmark one the spec no longer asks to restart, or delete a pod.
+Nothing is kept in memory but what was last announced: an operator restarted mid-roll reads the
+same pods and annotations and goes on.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from hybridmq.planner.roll import (
     RollPod,
     plan_roll,
 )
+from hybridmq.planner.scaling import required_in_sync
 from hybridmq_operator import kube, names, observe
 from hybridmq_operator.settings import ClusterSettings
 
@@ -77,7 +79,12 @@ def roll_input(
     }
     pods = [roll_pod(n, role, p) for role in (ROLE_MM, ROLE_CM) for n, p in snapshot.pods_of(role).items()]
     parts = [
-        RollPartition(info.name, tuple(info.status.replicas), tuple(info.status.in_sync))
+        RollPartition(
+            info.name,
+            tuple(info.status.replicas),
+            tuple(info.status.in_sync),
+            required_in_sync(info.spec, state.spec),
+        )
         for info in state.partitions
         if info.status is not None and not info.deleting
     ]
@@ -89,22 +96,30 @@ def _pod_uid(snapshot: observe.Snapshot, name: str) -> str | None:
     return str((pod or {}).get("metadata", {}).get("uid") or "") or None
 
 
+def _annotate(namespace: str, pod: str, value: str | None, snapshot: observe.Snapshot) -> bool:
+    """Set (None: remove) the roll mark on the pod the decision saw; False: gone or replaced."""
+    # The uid makes the patch a precondition (409 on a successor of the same name).
+    meta: dict[str, Any] = {"annotations": {names.ANNOTATION_ROLL: value}}
+    uid = _pod_uid(snapshot, pod)
+    if uid:
+        meta["uid"] = uid
+    try:
+        kube.merge_patch("v1", "Pod", namespace, pod, {"metadata": meta})
+    except kube.KubeError as exc:
+        if exc.not_found or exc.conflict:
+            return False
+        raise
+    return True
+
+
 def take_step(namespace: str, decision: RollDecision, snapshot: observe.Snapshot) -> str | None:
-    """Mark or delete as decided (only the pod the decision saw: a successor of the same name is
-    left alone); what was done, for the Event."""
+    """Mark, unmark or delete as decided (only the pod the decision saw: a successor of the same
+    name is left alone); what was done, for the Event."""
     if decision.mark is not None:
-        # The uid makes the patch a precondition (409 on a successor of the same name).
-        meta: dict[str, Any] = {"annotations": {names.ANNOTATION_ROLL: names.ROLL_MOVING_REPLICAS}}
-        uid = _pod_uid(snapshot, decision.mark)
-        if uid:
-            meta["uid"] = uid
-        try:
-            kube.merge_patch("v1", "Pod", namespace, decision.mark, {"metadata": meta})
-        except kube.KubeError as exc:
-            if exc.not_found or exc.conflict:  # gone or replaced meanwhile
-                return None
-            raise
-        return "RollMovingReplicas"
+        marked = _annotate(namespace, decision.mark, names.ROLL_MOVING_REPLICAS, snapshot)
+        return "RollMovingReplicas" if marked else None
+    if decision.unmark is not None:
+        return "RollUnmarked" if _annotate(namespace, decision.unmark, None, snapshot) else None
     uid = _pod_uid(snapshot, decision.delete) if decision.delete else None
     if decision.delete is not None and kube.delete("v1", "Pod", namespace, decision.delete, uid=uid):
         return "RollRestartingPod"
@@ -141,7 +156,7 @@ async def reconcile_roll(
     if not decision.known:
         return None
     step = None
-    if decision.mark is not None or decision.delete is not None:
+    if decision.mark is not None or decision.unmark is not None or decision.delete is not None:
         step = await asyncio.to_thread(take_step, settings.namespace, decision, snapshot)
     reporter.report(ref, decision, step)
     return decision
