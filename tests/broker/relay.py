@@ -1,5 +1,6 @@
-"""A loopback TCP relay for broker tests: copies both ways, keeps a copy of every byte, and can
-damage the next chunk it passes from the target back to the connecting side."""
+"""A loopback TCP relay for broker tests: copies both ways, keeps a copy of every byte, can damage
+the next chunk it passes from the target back to the connecting side, and can cut its connections
+and close new ones at once (a peer that goes away during the handshake)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ class Relay:
         self.connections = 0  # accepted so far
         self._lock = threading.Lock()
         self._corrupt = threading.Event()
+        self.refusing = False  # close new connections at once
         self._server = socket.create_server(("127.0.0.1", port))
         self._threads: list[threading.Thread] = []
         self._socks: list[socket.socket] = []
@@ -29,13 +31,28 @@ class Relay:
         """Flip one byte of the next chunk sent from the target back through the relay."""
         self._corrupt.set()
 
+    def cut(self) -> None:
+        """End every connection relayed so far."""
+        for s in list(self._socks):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
     def _accept(self) -> None:
         while True:
             try:
                 client, _ = self._server.accept()
             except OSError:
                 return
-            upstream = socket.create_connection(("127.0.0.1", self.target))
+            if self.refusing:
+                client.close()
+                continue
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self.target))
+            except OSError:  # the target is not listening (stopped): the caller sees a closed connection
+                client.close()
+                continue
             self._socks += [client, upstream]
             self.connections += 1
             for a, b, back in ((client, upstream, False), (upstream, client, True)):
