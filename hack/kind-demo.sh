@@ -28,6 +28,8 @@
 #                             noticed after it; on a machine loaded far beyond its cores a longer
 #                             one keeps starved MMs from losing it (and failing over) again and again
 #   AUDIT_REPORT=$TMPDIR/hybridmq-demo-audit.json    the audit's JSON report
+#   LOGS_DIR=(none)           when the demo fails: every broker and operator pod's log (and its
+#                             previous container's), the pods, events and partitions are saved there
 # The last line printed is the audit's verdict (verdict=PASS ... or verdict=FAIL ...) followed by the
 # failover times. FAILURE=pod: status_updated_s (pod deleted -> the partition's status names a new
 # primary at a new epoch) and producers_resumed_s (pod deleted -> the partition's reported log end
@@ -51,6 +53,7 @@ SKIP_BUILD="${SKIP_BUILD:-0}"
 FAILURE="${FAILURE:-pod}"
 LEASE_SECONDS="${LEASE_SECONDS:-1}"
 DELETE_CLUSTER="${DELETE_CLUSTER:-0}"
+LOGS_DIR="${LOGS_DIR:-}"
 CM_PORT=7400 # the operator's CM client port (hybridmq_operator.names.CM_CLIENT_PORT)
 
 OPERATOR_IMAGE="ghcr.io/hybridmq/operator:${TAG}"
@@ -85,11 +88,32 @@ die() {
 k() { kubectl --context "${context}" "$@"; }
 now_ms() { python3 -c 'import time; print(int(time.time() * 1000))' 2>/dev/null || echo "$(($(date +%s) * 1000))"; }
 
+# Every container's log (and its previous one's) of the brokers and the operators, into LOGS_DIR.
+save_logs() {
+  local ns pod
+  mkdir -p "${LOGS_DIR}"
+  for ns in "${NAMESPACE}" "${OPERATOR_NAMESPACE}"; do
+    k -n "${ns}" get pods -o wide >"${LOGS_DIR}/${ns}.pods.txt" 2>&1 || true
+    k -n "${ns}" get events --sort-by=.lastTimestamp >"${LOGS_DIR}/${ns}.events.txt" 2>&1 || true
+    for pod in $(k -n "${ns}" get pods -o name 2>/dev/null); do
+      k -n "${ns}" logs "${pod}" --all-containers --timestamps >"${LOGS_DIR}/${ns}.${pod#pod/}.log" 2>&1 || true
+      k -n "${ns}" logs "${pod}" --all-containers --timestamps --previous \
+        >"${LOGS_DIR}/${ns}.${pod#pod/}.previous.log" 2>/dev/null || rm -f "${LOGS_DIR}/${ns}.${pod#pod/}.previous.log"
+    done
+  done
+  k -n "${NAMESPACE}" get hpart -o yaml >"${LOGS_DIR}/partitions.yaml" 2>&1 || true
+  echo "kind-demo: the pods' logs are in ${LOGS_DIR}" >&2
+}
+
 cleanup() {
-  local pid
+  local status=$? pid
   for pid in "${background_pids[@]+"${background_pids[@]}"}"; do
     kill "${pid}" 2>/dev/null || true
   done
+  # Before the stopped node runs again (its pods then restart): what a failed run needs explained.
+  if [[ "${status}" != 0 && -n "${LOGS_DIR}" ]]; then
+    save_logs || true
+  fi
   # The stopped node (written before its docker stop) runs again.
   if [[ -s "${workdir}/stopped-node" ]]; then
     docker start "$(cat "${workdir}/stopped-node")" >/dev/null || true

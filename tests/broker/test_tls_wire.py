@@ -4,68 +4,17 @@ shows in them; without it (the control, so that the check can fail) all of them 
 
 from __future__ import annotations
 
-import socket
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from relay import Relay
 
 from hybridmq.client import Consumer, Producer
 from hybridmq.local.runner import LocalCluster
 
 PAYLOAD = b"PAYLOAD-7d1c0c2e-visible-only-in-clear"
 PASSWORD = "pw-3f9a1b-visible-only-in-clear"
-
-
-class Relay:
-    """Accepts on ``port`` and copies both ways to ``target``, keeping a copy of every byte."""
-
-    def __init__(self, port: int, target: int) -> None:
-        self.target = target
-        self.seen = bytearray()
-        self._lock = threading.Lock()
-        self._server = socket.create_server(("127.0.0.1", port))
-        self._threads: list[threading.Thread] = []
-        self._socks: list[socket.socket] = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self._server.accept()
-            except OSError:
-                return
-            upstream = socket.create_connection(("127.0.0.1", self.target))
-            self._socks += [client, upstream]
-            for a, b in ((client, upstream), (upstream, client)):
-                t = threading.Thread(target=self._pump, args=(a, b), daemon=True)
-                t.start()
-                self._threads.append(t)
-
-    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
-        try:
-            while chunk := src.recv(65536):
-                with self._lock:
-                    self.seen += chunk
-                dst.sendall(chunk)
-        except OSError:
-            pass
-        finally:
-            for s in (src, dst):
-                try:
-                    s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-
-    def bytes(self) -> bytes:
-        with self._lock:
-            return bytes(self.seen)
-
-    def close(self) -> None:
-        self._server.close()
-        for s in self._socks:
-            s.close()
 
 
 @pytest.fixture(params=[False, True], ids=["plain", "tls"])
@@ -84,7 +33,7 @@ def relayed(
     to_cm = Relay(cluster.ports.reserve(), cluster.cm_port)
     try:
         with cluster:
-            yield cluster, to_cm, to_mm, f"127.0.0.1:{to_cm._server.getsockname()[1]}"
+            yield cluster, to_cm, to_mm, f"127.0.0.1:{to_cm.port}"
     finally:
         to_cm.close()
         to_mm.close()

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+import tempfile
 import time
 from typing import Any
 
@@ -25,14 +27,20 @@ ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 MESSAGES = 8000  # at 200/s: the load outlasts the warm-up, the failure and the failover
+# The clusters whose images a demo of this session built and loaded: later demos skip that step.
+_IMAGES_LOADED: set[str] = set()
 
 
 def run_demo(
     kind_cluster: KindCluster, messages: int = MESSAGES, **settings: str
 ) -> tuple[str, float, float | None]:
     """The demo's output, asserting its last line is a PASS; and its two failover times (the second
-    is None when no producer wrote to the partition that failed over)."""
+    is None when no producer wrote to the partition that failed over). A failed demo leaves the
+    pods' logs in a directory it names."""
+    logs = tempfile.mkdtemp(prefix="hybridmq-kind-logs-")
     env = {
+        "LOGS_DIR": logs,
+        "SKIP_BUILD": "1" if kind_cluster.name in _IMAGES_LOADED else "0",
         "CLUSTER_NAME": kind_cluster.name,
         "NAMESPACE": NAMESPACE,
         "BROKER_CLUSTER": CLUSTER,
@@ -47,6 +55,8 @@ def run_demo(
     last = out.strip().splitlines()[-1] if out.strip() else ""
     assert last.startswith("verdict=PASS"), out[-4000:] + done.stderr[-3000:]
     assert done.returncode == 0
+    _IMAGES_LOADED.add(kind_cluster.name)
+    shutil.rmtree(logs, ignore_errors=True)
     # Every message the two producers sent is in the cluster (the audit read them all).
     assert int(last_line_value(out, "records")) == 2 * messages, last
     assert last_line_value(out, "acked_missing") == "0", last
@@ -153,7 +163,9 @@ def test_mm_data_survives_pod_deletion(kind_cluster: KindCluster) -> None:
 # Last in this file (and tests/kind has no other): it stops a worker of the session's cluster, and
 # the demo starts it again at its end, but a restarted kind node may come back with another address.
 @pytest.mark.node_loss
-def test_node_loss_loses_no_acknowledged_message(kind_cluster: KindCluster) -> None:
+def test_node_loss_loses_no_acknowledged_message(
+    kind_cluster: KindCluster, capsys: pytest.CaptureFixture[str]
+) -> None:
     """`docker stop` of the worker holding the most primaries of a settled BrokerCluster, the
     leading operator's when they tie (with the chart's two operator replicas on different nodes, a
     standby takes over): every partition whose primary was there gets a new primary at a newer
@@ -187,7 +199,9 @@ def test_node_loss_loses_no_acknowledged_message(kind_cluster: KindCluster) -> N
     assert 0 < failed_over < 90, failed_over
     # Stop -> every producer acknowledged again (from the producers' own acknowledgement times).
     assert acked_again is not None and 0 <= acked_again < 150, acked_again
-    print(
-        f"\nnode loss: stopped={stopped} partitions={len(lost)} stop->every new primary {failed_over:.1f} s, "
-        f"stop->every producer acked {acked_again:.1f} s, lost={last_line_value(out, 'acked_missing')}"
-    )
+    with capsys.disabled():  # the figures show in `make test`'s output too
+        print(
+            f"\nnode loss: stopped={stopped} partitions={len(lost)} "
+            f"stop->every new primary {failed_over:.1f} s, "
+            f"stop->every producer acked {acked_again:.1f} s, lost={last_line_value(out, 'acked_missing')}"
+        )

@@ -86,7 +86,7 @@ class Connection:
         if transport.get_write_buffer_size() > HIGH_WATER:
             try:
                 await self.writer.drain()
-            except (ConnectionError, RuntimeError) as exc:
+            except (OSError, RuntimeError) as exc:  # OSError: ConnectionError, ssl.SSLError
                 raise ConnectionClosed(str(exc)) from None
 
     @property
@@ -165,7 +165,13 @@ class Connection:
                 await asyncio.wait_for(self.writer.drain(), 1.0)
             except Exception:
                 pass
-        except (ConnectionError, asyncio.IncompleteReadError, ConnectionClosed):
+        except _ssl.SSLError as exc:
+            # A TLS error (a damaged record; the peer's data after our close_notify) ends this
+            # connection like any other loss: raised past here, it ended the caller's loop (a CM's
+            # link to an MM stopped reconnecting for good).
+            if not self.closed:
+                log.warning("%s: TLS error from %s: %s", self.name, self.peer, exc)
+        except (OSError, asyncio.IncompleteReadError, ConnectionClosed):
             pass
         finally:
             self.close()

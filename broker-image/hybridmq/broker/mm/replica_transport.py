@@ -34,6 +34,7 @@ from hybridmq.broker.replication import (
     to_wire,
 )
 from hybridmq.protocol import Connection, RemoteError, open_connection
+from hybridmq.protocol.codec import ProtocolError
 from hybridmq.protocol.connection import ConnectionClosed
 from hybridmq.protocol.tls import BrokerTls
 
@@ -77,17 +78,22 @@ class PeerLinks:
                 "user": "mm",
                 "password": self.token,
             }
-            fresh, _ = await asyncio.wait_for(
-                open_connection(
-                    host,
-                    int(port),
-                    hello,
-                    self.max_frame,
-                    name=f"{self.node}->{peer}",
-                    ssl=self.tls.client() if self.tls is not None else None,
-                ),
-                2.0,
-            )
+            try:
+                fresh, _ = await asyncio.wait_for(
+                    open_connection(
+                        host,
+                        int(port),
+                        hello,
+                        self.max_frame,
+                        name=f"{self.node}->{peer}",
+                        ssl=self.tls.client() if self.tls is not None else None,
+                    ),
+                    2.0,
+                )
+            except (ConnectionClosed, RemoteError, ProtocolError) as exc:
+                # Ended or refused during the handshake: a transport error like any other (the
+                # backup's fetch loop retries those; anything else ended it for good).
+                raise ConnectionError(f"{peer}: handshake failed: {exc}") from None
             runner = asyncio.create_task(fresh.run())
             self._runners.add(runner)
             runner.add_done_callback(self._runners.discard)
