@@ -20,7 +20,8 @@ second over that time.
 Attaches to ``$LOCALCLUSTER_DIR`` when set, otherwise starts (and stops) a cluster of its own. The
 last line is ``partitions=… all_primaries_s=… first_ack_p99_s=… operator_cpu_s=… api_requests=…``
 (``--steady``: ``partitions=… operator_rss_mb=… operator_cpu_pct=… api_requests_per_s=…``); a
-JSON record is appended to ``bench/results/scale.jsonl``.
+JSON record (with the machine's load, ``bench/_results.py``) is appended to
+``bench/results/scale.jsonl``.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ import psutil
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "hack"), str(REPO / "tests/k8s"), str(REPO / "bench")]
 
+import _results  # noqa: E402
 from kubernetes import watch  # noqa: E402
 from operator_failover import PrimaryWatch, bench_cluster, percentile  # noqa: E402
 from operator_harness import (  # noqa: E402
@@ -56,6 +58,8 @@ from operator_harness import (  # noqa: E402
 from localcluster import LocalCluster  # noqa: E402
 
 NAME = "scale"
+FAILOVER_SUMMARY = ("partitions", "all_primaries_s", "first_ack_p99_s", "operator_cpu_s", "api_requests")
+STEADY_SUMMARY = ("partitions", "operator_rss_mb", "operator_cpu_pct", "api_requests_per_s")
 
 
 def load() -> str:
@@ -377,6 +381,7 @@ def main() -> int:
     parser.add_argument("--steady", type=float, default=0.0, help="steady-state mode for this many seconds")
     args = parser.parse_args()
 
+    load_before = _results.load_average()
     cluster, existing = bench_cluster("hmq-scale-")
     ns = f"scale-{uuid.uuid4().hex[:5]}"
     try:
@@ -385,27 +390,12 @@ def main() -> int:
         with tempfile.TemporaryDirectory(prefix="hmq-scale-producers-") as tmp:
             record = steady(cluster, ns, args) if args.steady else failover(cluster, ns, args, Path(tmp))
         # Kept before the cluster goes: a failing shutdown must not lose the figures.
-        record = {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **record}
-        out = REPO / "bench/results/scale.jsonl"
-        out.parent.mkdir(parents=True, exist_ok=True)
-        with out.open("a") as f:
-            f.write(json.dumps(record) + "\n")
+        keys = STEADY_SUMMARY if args.steady else FAILOVER_SUMMARY
+        _results.append(NAME, record, {k: record[k] for k in keys}, load_before)
     finally:
         cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
         if not existing:
             cluster.down(keep_dir=False)
-    print(json.dumps(record))
-    if args.steady:
-        print(
-            f"partitions={record['partitions']} operator_rss_mb={record['operator_rss_mb']} "
-            f"operator_cpu_pct={record['operator_cpu_pct']} api_requests_per_s={record['api_requests_per_s']}"
-        )
-    else:
-        print(
-            f"partitions={record['partitions']} all_primaries_s={record['all_primaries_s']} "
-            f"first_ack_p99_s={record['first_ack_p99_s']} operator_cpu_s={record['operator_cpu_s']} "
-            f"api_requests={record['api_requests']}"
-        )
     return 0
 
 
