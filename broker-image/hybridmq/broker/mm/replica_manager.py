@@ -23,6 +23,7 @@ For every partition whose ``replicas`` name this MM, as its ``AssignmentSource``
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import shutil
@@ -56,6 +57,7 @@ from hybridmq.broker.replication import (
 )
 from hybridmq.broker.replication.fetch_batch import BatchItem, serve_batch
 from hybridmq.protocol import Connection
+from hybridmq.protocol.connection import ConnectionClosed
 
 if TYPE_CHECKING:
     from hybridmq.broker.mm.server import MessageManager
@@ -477,7 +479,8 @@ class ReplicaManager:
             r = self.replicas.get(response.partition)
             known = response.error is ErrorCode.NONE and r is not None and r.role == Role.PRIMARY
             out.append(encode_response(response, r.incarnation if known and r is not None else None))
-        if not conn.closed:
+        # The backup may have given up meanwhile (its timeout closes the connection): nothing to do.
+        with contextlib.suppress(ConnectionClosed):
             conn.reply(frame, {"t": FrameType.OK, "ps": out})
 
     # -- reporting -------------------------------------------------------------------------------
