@@ -13,6 +13,12 @@ covering many partitions at a low rate (one message per ``--interval`` per parti
   operator, brokers, node agent; from its ``apiserver_request_total``);
 * per MM, before the kill: open file descriptors and RSS.
 
+``--local``: the same failover without Kubernetes: ``hybridmq local`` (real MM and CM processes, the
+local controller, which applies the operator's planner in this process, failure detection by a
+``--local-lease`` second heartbeat lease). ``all_primaries_s`` is then when the controller's table
+names every new primary, ``operator_cpu_s`` the CPU of this process (the controller's, and this
+bench's polling of its table), ``api_requests`` ``n/a``.
+
 ``--steady SECONDS``: the operator at rest with ``--partitions`` Partition resources (stand-in
 brokers unless ``HYBRIDMQ_TEST_BROKER=real``): its RSS, CPU per second and the API requests per
 second over that time.
@@ -20,7 +26,8 @@ second over that time.
 Attaches to ``$LOCALCLUSTER_DIR`` when set, otherwise starts (and stops) a cluster of its own. The
 last line is ``partitions=… all_primaries_s=… first_ack_p99_s=… operator_cpu_s=… api_requests=…``
 (``--steady``: ``partitions=… operator_rss_mb=… operator_cpu_pct=… api_requests_per_s=…``); a
-JSON record is appended to ``bench/results/scale.jsonl``.
+JSON record (with the machine's load, ``bench/_results.py``) is appended to
+``bench/results/scale.jsonl``.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -42,6 +50,7 @@ import psutil
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "hack"), str(REPO / "tests/k8s"), str(REPO / "bench")]
 
+import _results  # noqa: E402
 from kubernetes import watch  # noqa: E402
 from operator_failover import PrimaryWatch, bench_cluster, percentile  # noqa: E402
 from operator_harness import (  # noqa: E402
@@ -53,9 +62,13 @@ from operator_harness import (  # noqa: E402
     wait_for,
 )
 
+from hybridmq.api.resources import BrokerClusterSpec  # noqa: E402
+from hybridmq.local.runner import LocalCluster as BrokerOnlyCluster  # noqa: E402
 from localcluster import LocalCluster  # noqa: E402
 
 NAME = "scale"
+FAILOVER_SUMMARY = ("partitions", "all_primaries_s", "first_ack_p99_s", "operator_cpu_s", "api_requests")
+STEADY_SUMMARY = ("partitions", "operator_rss_mb", "operator_cpu_pct", "api_requests_per_s")
 
 
 def load() -> str:
@@ -316,6 +329,98 @@ def failover(cluster: LocalCluster, ns: str, args: argparse.Namespace, directory
         teardown(kube, op, timeout=180)
 
 
+class _PatientBrokers(BrokerOnlyCluster):
+    """1,000 partitions take longer than the default start-up bound to be in sync on a loaded machine."""
+
+    def wait_in_sync(self, timeout: float = 1200.0) -> None:
+        super().wait_in_sync(timeout)
+
+
+def local_failover(args: argparse.Namespace, directory: Path) -> dict[str, Any]:
+    spec = BrokerClusterSpec.model_validate(
+        {
+            "partitions": {
+                "fixed": {"count": args.partitions, "replicas": 2, "minInSync": args.min_in_sync},
+                "onDemand": {"perMessageManager": 0},
+            }
+        }
+    )
+    me = psutil.Process()
+    t_create = time.monotonic()
+    cluster = _PatientBrokers(
+        directory / "cluster", mms=args.mms, replicas=2, spec=spec, lease_s=args.local_lease
+    )
+    with cluster:
+        placed_s = time.monotonic() - t_create
+        print(
+            f"{args.partitions} partitions placed and in sync in {placed_s:.1f}s (load {load()})", flush=True
+        )
+        table = cluster.table()
+        names = sorted(n for n, a in table.items() if a.type == "fixed")
+        producers = Producers(cluster.bootstrap, names, args.producers, args.interval, directory)
+        try:
+            producers.wait_ready(600)
+            print(f"{len(names)} producers acknowledged (load {load()})", flush=True)
+            time.sleep(args.warmup)
+            table = cluster.table()
+            led: dict[str, list[str]] = {}
+            for n in names:
+                led.setdefault(str(table[n].primary), []).append(n)
+            victim = max(led, key=lambda m: len(led[m]))
+            victims = led[victim]
+            epochs = {n: table[n].epoch for n in victims}
+            resources = {}
+            for mm in cluster.mm_names:
+                proc = psutil.Process(cluster.pid(mm))
+                resources[mm] = {"fds": proc.num_fds(), "rss_mb": round(proc.memory_info().rss / 2**20, 1)}
+            load_before = load()
+            cpu0 = sum(me.cpu_times()[:2])
+            t0 = time.monotonic()
+            cluster.kill_mm(victim, signal.SIGKILL)
+            t1 = None
+            while time.monotonic() - t0 < 120:
+                now = cluster.table()
+                if all(now[n].epoch > epochs[n] and now[n].primary not in (None, victim) for n in victims):
+                    t1 = time.monotonic()
+                    break
+                time.sleep(0.02)
+            if t1 is None:
+                raise RuntimeError(f"the partitions {victim} led were not all reassigned within 120 s")
+            print(f"{len(victims)} primaries of {victim}: in the table after {t1 - t0:.3f}s", flush=True)
+            time.sleep(args.after)
+        finally:
+            acks = producers.stop()
+        cpu1 = sum(me.cpu_times()[:2])
+    firsts = first_acks(acks, t0)
+    got = [v for v in firsts.values() if v is not None]
+    victim_firsts = [v for n, v in firsts.items() if n in set(victims) and v is not None]
+    return {
+        "mode": "local",
+        "partitions": args.partitions,
+        "mms": args.mms,
+        "min_in_sync": args.min_in_sync,
+        "lease_s": args.local_lease,
+        "interval_s": args.interval,
+        "producer_processes": args.producers,
+        "replica_fetch": os.environ.get("HYBRIDMQ_REPLICA_FETCH", "batch"),
+        "placed_s": round(placed_s, 1),
+        "victim": victim,
+        "victim_partitions": len(victims),
+        "all_primaries_s": round(t1 - t0, 3),
+        "first_ack_p50_s": round(percentile(got, 0.5), 3) if got else None,
+        "first_ack_p99_s": round(percentile(got, 0.99), 3) if got else None,
+        "first_ack_max_s": round(max(got), 3) if got else None,
+        "victim_first_ack_p99_s": round(percentile(victim_firsts, 0.99), 3) if victim_firsts else None,
+        "producers_without_ack": len(names) - len(got),
+        # This process during the window and the load after it (the controller runs in it).
+        "operator_cpu_s": round(cpu1 - cpu0, 2),
+        "api_requests": "n/a",
+        "mm_before_kill": resources,
+        "load_before": load_before,
+        "load_after": load(),
+    }
+
+
 def steady(cluster: LocalCluster, ns: str, args: argparse.Namespace) -> dict[str, Any]:
     """``--partitions`` over as many BrokerClusters as the CRD's 1,000 fixed partitions each need."""
     kube = Kube(cluster, ns)
@@ -375,8 +480,19 @@ def main() -> int:
     parser.add_argument("--after", type=float, default=8.0, help="seconds of load after the reassignment")
     parser.add_argument("--place-timeout", type=float, default=1200.0)
     parser.add_argument("--steady", type=float, default=0.0, help="steady-state mode for this many seconds")
+    parser.add_argument(
+        "--local", action="store_true", help="hybridmq local and its controller, no Kubernetes"
+    )
+    parser.add_argument("--local-lease", type=float, default=1.0, help="--local: heartbeat lease seconds")
     args = parser.parse_args()
+    if args.local:
+        load_before = _results.load_average()
+        with tempfile.TemporaryDirectory(prefix="hmq-scale-local-") as tmp:
+            record = local_failover(args, Path(tmp))
+        _results.append(NAME, record, {k: record[k] for k in FAILOVER_SUMMARY}, load_before)
+        return 0
 
+    load_before = _results.load_average()
     cluster, existing = bench_cluster("hmq-scale-")
     ns = f"scale-{uuid.uuid4().hex[:5]}"
     try:
@@ -385,27 +501,12 @@ def main() -> int:
         with tempfile.TemporaryDirectory(prefix="hmq-scale-producers-") as tmp:
             record = steady(cluster, ns, args) if args.steady else failover(cluster, ns, args, Path(tmp))
         # Kept before the cluster goes: a failing shutdown must not lose the figures.
-        record = {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **record}
-        out = REPO / "bench/results/scale.jsonl"
-        out.parent.mkdir(parents=True, exist_ok=True)
-        with out.open("a") as f:
-            f.write(json.dumps(record) + "\n")
+        keys = STEADY_SUMMARY if args.steady else FAILOVER_SUMMARY
+        _results.append(NAME, record, {k: record[k] for k in keys}, load_before)
     finally:
         cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
         if not existing:
             cluster.down(keep_dir=False)
-    print(json.dumps(record))
-    if args.steady:
-        print(
-            f"partitions={record['partitions']} operator_rss_mb={record['operator_rss_mb']} "
-            f"operator_cpu_pct={record['operator_cpu_pct']} api_requests_per_s={record['api_requests_per_s']}"
-        )
-    else:
-        print(
-            f"partitions={record['partitions']} all_primaries_s={record['all_primaries_s']} "
-            f"first_ack_p99_s={record['first_ack_p99_s']} operator_cpu_s={record['operator_cpu_s']} "
-            f"api_requests={record['api_requests']}"
-        )
     return 0
 
 

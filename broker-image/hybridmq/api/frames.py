@@ -151,6 +151,7 @@ class FrameType(IntEnum):
     REPLICA_FETCH = 60
     REPLICA_EPOCH_END = 61
     REPLICA_SNAPSHOT = 62
+    REPLICA_FETCH_BATCH = 63  # one fetch for every partition a backup copies from this primary
     FETCH = 70
     FETCH_META = 71
     READER_COMMIT = 72  # a named reader's committed offset in one partition

@@ -10,7 +10,9 @@ For every partition whose ``replicas`` name this MM, as its ``AssignmentSource``
   proposed to the controller when there is one (``Liveness.commits_in_sync``: report through the
   lease, then wait for the new table).
 * **backup**: a ``BackupFetcher`` pulls from the primary MM over ``TcpPrimaryTransport``
-  (truncation on an epoch change, snapshot + tail catch-up). No host: consumers never read a backup.
+  (truncation on an epoch change, snapshot + tail catch-up); the fetches of all partitions from
+  one primary MM travel together, one REPLICA_FETCH_BATCH at a time (``mm/replica_batch.py``).
+  No host: consumers never read a backup.
 * Role changes: promotion stops the fetcher and opens a host on the same log; demotion fails every
   pending acknowledgement (NOT_PRIMARY), halts the host and starts a fetcher, which truncates the
   uncommitted tail. A partition no longer in the table is closed and its data deleted.
@@ -21,7 +23,9 @@ For every partition whose ``replicas`` name this MM, as its ``AssignmentSource``
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
 import shutil
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -36,6 +40,7 @@ from hybridmq.broker.log.errors import StaleEpochError
 from hybridmq.broker.mm import incarnation
 from hybridmq.broker.mm.liveness import Liveness
 from hybridmq.broker.mm.partition import PartitionHost
+from hybridmq.broker.mm.replica_batch import FetchBatcher, decode_request, encode_response
 from hybridmq.broker.mm.replica_transport import PeerLinks, TcpPrimaryTransport
 from hybridmq.broker.mm.storage import PartitionStorage
 from hybridmq.broker.replication import (
@@ -50,12 +55,20 @@ from hybridmq.broker.replication import (
     from_wire,
     to_wire,
 )
+from hybridmq.broker.replication.fetch_batch import BatchItem, serve_batch
 from hybridmq.protocol import Connection
+from hybridmq.protocol.connection import ConnectionClosed
 
 if TYPE_CHECKING:
     from hybridmq.broker.mm.server import MessageManager
 
 log = logging.getLogger(__name__)
+
+
+def batched_fetch_enabled() -> bool:
+    """``HYBRIDMQ_REPLICA_FETCH=single``: one REPLICA_FETCH per partition (the unbatched path, kept
+    to compare against)."""
+    return os.environ.get("HYBRIDMQ_REPLICA_FETCH", "batch") != "single"
 
 
 async def _cancel_all(tasks: list[asyncio.Task[None]]) -> None:
@@ -119,6 +132,8 @@ class ReplicaManager:
         self.fetch_max_wait_ms = fetch_max_wait_ms
         self.replicas: dict[str, Replica] = {}
         self.links = PeerLinks(self.me, self._address_of, mm.config.cluster_secret, mm.config.max_frame)
+        self.batch_fetch = batched_fetch_enabled()
+        self.batchers: dict[str, FetchBatcher] = {}  # per primary MM
         self._dirty = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._serving: set[asyncio.Task[None]] = set()
@@ -145,6 +160,8 @@ class ReplicaManager:
                     await asyncio.wait_for(asyncio.shield(r.storage.aclose()), 5)
                 except (Exception, asyncio.CancelledError):
                     r.storage.close()
+        for batcher in self.batchers.values():
+            batcher.close()
         self.links.close()
 
     def changed(self) -> None:
@@ -299,7 +316,18 @@ class ReplicaManager:
             await self._stop_backup(r)
             r.role, r.epoch = Role.BACKUP, a.epoch
             return
-        transport = TcpPrimaryTransport(self.links, a.primary, on_incarnation=lambda i: self._adopt(r, i))
+        batcher = None
+        if self.batch_fetch:
+            batcher = self.batchers.get(a.primary)
+            if batcher is None:
+                batcher = self.batchers[a.primary] = FetchBatcher(
+                    self.links, a.primary, max_bytes=min(8 << 20, self.mm.config.max_frame // 2)
+                )
+            if r.primary_mm is not None and r.primary_mm != a.primary and r.primary_mm in self.batchers:
+                self.batchers[r.primary_mm].forget(a.name)
+        transport = TcpPrimaryTransport(
+            self.links, a.primary, on_incarnation=lambda i: self._adopt(r, i), batcher=batcher
+        )
         if r.role == Role.BACKUP and r.fetcher is not None:
             if r.primary_mm != a.primary:
                 r.fetcher.update(epoch=a.epoch, transport=transport)
@@ -394,6 +422,9 @@ class ReplicaManager:
         r = self.replicas.get(str(m.get("partition", "")))
         leader = r.leader if r is not None and r.role == Role.PRIMARY else None
         reply: Any
+        if t == FrameType.REPLICA_FETCH_BATCH:
+            await self._serve_batch(conn, frame)
+            return
         try:
             if t == FrameType.REPLICA_FETCH:
                 fetch = from_wire(FetchRequest, m)
@@ -427,6 +458,30 @@ class ReplicaManager:
             wire["incarnation"] = r.incarnation  # backups adopt it (``_adopt``)
         if not conn.closed:
             conn.reply(frame, {"t": FrameType.OK, "m": wire})
+
+    async def _serve_batch(self, conn: Connection, frame: dict[str, Any]) -> None:
+        """A backup MM's fetch for every partition it copies from this one (``mm/replica_batch.py``)."""
+        try:
+            replica_id, max_wait_ms = str(frame["rid"]), int(frame["w"])
+            max_bytes = min(int(frame["mb"]), self.mm.config.max_frame // 2)
+            items: list[BatchItem] = []
+            for entry in frame["ps"]:
+                request, known_hw = decode_request(entry, replica_id, max_wait_ms)
+                r = self.replicas.get(request.partition)
+                leader = r.leader if r is not None and r.role == Role.PRIMARY else None
+                items.append(BatchItem(leader, request, known_hw))
+        except (KeyError, TypeError, ValueError) as exc:
+            conn.reply_error(frame, ErrorCode.INVALID_REQUEST, f"bad replica request: {exc}")
+            return
+        responses = await serve_batch(items, max_wait_ms=max_wait_ms, max_bytes=max_bytes)
+        out = []
+        for response in responses:
+            r = self.replicas.get(response.partition)
+            known = response.error is ErrorCode.NONE and r is not None and r.role == Role.PRIMARY
+            out.append(encode_response(response, r.incarnation if known and r is not None else None))
+        # The backup may have given up meanwhile (its timeout closes the connection): nothing to do.
+        with contextlib.suppress(ConnectionClosed):
+            conn.reply(frame, {"t": FrameType.OK, "ps": out})
 
     # -- reporting -------------------------------------------------------------------------------
     def report(self) -> dict[str, Any]:

@@ -10,6 +10,10 @@ REPLICA_EPOCH_END  c, m (``EpochEndOffsetRequest``) -> OK {r, m: ``EpochEndOffse
 REPLICA_SNAPSHOT   c, m (``SnapshotRequest``) -> OK {r, m: ``Snapshot``}
 =================  ==============================================================================
 
+By default the fetches do not travel one by one: REPLICA_FETCH_BATCH (``mm/replica_batch.py``)
+carries every partition's fetch from this MM to one primary MM in one frame
+(``HYBRIDMQ_REPLICA_FETCH=single`` goes back to one REPLICA_FETCH per partition).
+
 Every request carries the partition epoch (``m.epoch``); the primary refuses older ones
 (``STALE_EPOCH``) and steps down on a newer one. Errors travel inside the response (``m.error``).
 """
@@ -23,6 +27,7 @@ from typing import Any
 
 from hybridmq.api.assignment import BrokerRole
 from hybridmq.api.frames import PROTOCOL_VERSION, ErrorCode, FrameType
+from hybridmq.broker.mm.replica_batch import FetchBatcher
 from hybridmq.broker.replication import (
     EpochEndOffsetRequest,
     EpochEndOffsetResponse,
@@ -40,7 +45,14 @@ from hybridmq.protocol.tls import BrokerTls
 
 log = logging.getLogger(__name__)
 
-REPLICA_FRAMES = frozenset({FrameType.REPLICA_FETCH, FrameType.REPLICA_EPOCH_END, FrameType.REPLICA_SNAPSHOT})
+REPLICA_FRAMES = frozenset(
+    {
+        FrameType.REPLICA_FETCH,
+        FrameType.REPLICA_EPOCH_END,
+        FrameType.REPLICA_SNAPSHOT,
+        FrameType.REPLICA_FETCH_BATCH,
+    }
+)
 
 
 class PeerLinks:
@@ -101,6 +113,10 @@ class PeerLinks:
             return fresh
 
     async def request(self, peer: str, frame: dict[str, Any], timeout: float) -> dict[str, Any]:  # noqa: ASYNC109
+        """The response message ``m`` of the OK reply."""
+        return dict((await self.request_frame(peer, frame, timeout))["m"])
+
+    async def request_frame(self, peer: str, frame: dict[str, Any], timeout: float) -> dict[str, Any]:  # noqa: ASYNC109
         conn = await self._conn(peer)
         try:
             reply = await conn.request(frame, timeout)
@@ -109,7 +125,7 @@ class PeerLinks:
         except TimeoutError:
             conn.close()  # a frozen peer: do not let requests pile up behind it
             raise
-        return dict(reply["m"])
+        return dict(reply)
 
     def close(self) -> None:
         for conn in self._conns.values():
@@ -129,13 +145,20 @@ class TcpPrimaryTransport:
         *,
         timeout_s: float = 3.0,
         on_incarnation: Callable[[str], None] | None = None,
+        batcher: FetchBatcher | None = None,
     ) -> None:
         self.links = links
         self.peer = peer
         self.timeout_s = timeout_s
         self.on_incarnation = on_incarnation  # told the primary's partition incarnation
+        self.batcher = batcher  # the batched fetches to this peer; None: one frame per fetch
 
     async def fetch(self, request: FetchRequest) -> FetchResponse:
+        if self.batcher is not None:
+            response, incarnation = await self.batcher.fetch(request)
+            if self.on_incarnation is not None and incarnation and response.error == ErrorCode.NONE:
+                self.on_incarnation(incarnation)
+            return response
         timeout = self.timeout_s + request.max_wait_ms / 1000.0
         data = await self.links.request(
             self.peer, {"t": FrameType.REPLICA_FETCH, "m": to_wire(request)}, timeout

@@ -8,6 +8,9 @@ agnostic: the MM server supplies the network, this package the rules.
   ``log.read(offset, n, max_offset=primary.high_watermark)``), ``step_down`` on lease loss.
 * :class:`BackupFetcher` (``backup.py``) — on a backup: the fetch loop (truncate on epoch change,
   snapshot catch-up, fetch + ``append_raw``) over an injected :class:`PrimaryTransport`.
+* ``fetch_batch.serve_batch`` — on the primary: one batched fetch for many partitions (each with
+  ``handle_fetch``'s rules, through ``record_fetch`` / ``read_fetch``), long-polling until any
+  partition has news; the MM sends one per (backup MM, primary MM).
 * Messages (``messages.py``): ``FetchRequest``/``FetchResponse``, ``EpochEndOffsetRequest``/
   ``EpochEndOffsetResponse``, ``SnapshotRequest``/``Snapshot``; ``to_wire``/``from_wire`` turn them
   into msgpack-friendly dicts. Errors (``errors.py``) carry an ``ErrorCode``.

@@ -105,6 +105,7 @@ class PartitionPrimary:
         self._hw_waiters: list[tuple[int, int, asyncio.Future[None]]] = []
         self._seq = itertools.count()
         self._data_event = asyncio.Event()
+        self._data_listeners: set[asyncio.Event] = set()
         self._alter_task: asyncio.Task[None] | None = None
         log.begin_epoch(epoch)  # StaleEpochError if the log has seen a newer epoch
         self.epoch_start_offset = log.end_offset_for_epoch(epoch)[1]
@@ -204,7 +205,7 @@ class PartitionPrimary:
         LOG.info("%s: primary at epoch %d steps down: %s", self.partition, self.epoch, reason)
         self._stepped_down = reason
         self._fail_waiters(f"stepped down ({reason})")
-        self._data_event.set()
+        self._wake_fetches()
 
     def _fail_waiters(self, why: str) -> None:
         """Fail every pending acknowledgement: none may go out (the producers resend)."""
@@ -336,6 +337,21 @@ class PartitionPrimary:
 
     async def handle_fetch(self, request: FetchRequest) -> FetchResponse:
         """Serve a backup's fetch: record its progress, apply the in-sync rule, return batches."""
+        refused = self.record_fetch(request)
+        if refused is not None:
+            return refused
+        if request.fetch_offset >= self.log.log_end_offset and request.max_wait_ms > 0:
+            self._data_event.clear()
+            try:
+                await asyncio.wait_for(self._data_event.wait(), request.max_wait_ms / 1000.0)
+            except TimeoutError:
+                pass
+        return self.read_fetch(request)
+
+    def record_fetch(self, request: FetchRequest) -> FetchResponse | None:
+        """The first half of :meth:`handle_fetch` (a batched fetch calls the halves itself): the
+        error response for a refused fetch, else None after recording the backup's progress (in-sync
+        rule, high watermark)."""
         log = self.log
         error = self._fetch_error(request.epoch, request.replica_id)
         if error is ErrorCode.NONE and not (
@@ -351,24 +367,30 @@ class PartitionPrimary:
         state.on_fetch(request.fetch_offset, now, log.log_end_offset)
         self._maintain_in_sync(now)
         self._update_hw()
-        if request.fetch_offset >= log.log_end_offset and request.max_wait_ms > 0:
-            self._data_event.clear()
-            try:
-                await asyncio.wait_for(self._data_event.wait(), request.max_wait_ms / 1000.0)
-            except TimeoutError:
-                pass
-            if self._stepped_down is not None:
-                return FetchResponse(
-                    request.partition,
-                    self.epoch,
-                    ErrorCode.NOT_PRIMARY,
-                    self._hw,
-                    log.log_start_offset,
-                    log.log_end_offset,
-                )
+        return None
+
+    def has_news(self, request: FetchRequest) -> bool:
+        """Whether :meth:`read_fetch` has batches for ``request``, or must say this primary stepped
+        down: what ends a long poll."""
+        return self._stepped_down is not None or request.fetch_offset < self.log.log_end_offset
+
+    def read_fetch(self, request: FetchRequest, max_bytes: int | None = None) -> FetchResponse:
+        """The second half of :meth:`handle_fetch`, after :meth:`record_fetch` accepted it: the
+        batches from ``fetch_offset`` on (at most ``max_bytes``, default the request's, but at least
+        one batch), or ``NOT_PRIMARY`` if this primary stepped down meanwhile."""
+        log = self.log
+        if self._stepped_down is not None:
+            return FetchResponse(
+                request.partition,
+                self.epoch,
+                ErrorCode.NOT_PRIMARY,
+                self._hw,
+                log.log_start_offset,
+                log.log_end_offset,
+            )
         records = b""
         if request.fetch_offset < log.log_end_offset:
-            records = log.read(request.fetch_offset, request.max_bytes)
+            records = log.read(request.fetch_offset, request.max_bytes if max_bytes is None else max_bytes)
         return FetchResponse(
             request.partition,
             self.epoch,
@@ -378,6 +400,14 @@ class PartitionPrimary:
             log.log_end_offset,
             records,
         )
+
+    def add_data_listener(self, event: asyncio.Event) -> None:
+        """Set ``event`` when batches are appended or this primary steps down (a batched long poll
+        over many partitions waits on one event)."""
+        self._data_listeners.add(event)
+
+    def remove_data_listener(self, event: asyncio.Event) -> None:
+        self._data_listeners.discard(event)
 
     def handle_end_offset_for_epoch(self, request: EpochEndOffsetRequest) -> EpochEndOffsetResponse:
         log = self.log
@@ -524,7 +554,12 @@ class PartitionPrimary:
                     future.set_result(None)
 
     def _on_append(self) -> None:
+        self._wake_fetches()
+
+    def _wake_fetches(self) -> None:
         self._data_event.set()
+        for event in self._data_listeners:
+            event.set()
 
 
 __all__ = ["AlterInSync", "PartitionPrimary", "ReplicationError"]
