@@ -37,8 +37,9 @@ PAYLOAD = b"r" * 60_000
 # The controller's table can be newer than the one mm-1 answers from by a round trip: a 200 counts
 # against readiness only when the table showed the copy behind for longer than that.
 SETTLE_S = 1.0
-# Long enough that the primary, held stopped, keeps its lease (the local controller's default is 1 s).
-LEASE_S = 8.0
+# Long enough that the primary, held stopped while mm-1 starts (seconds on a loaded machine), keeps
+# its lease (the local controller's default is 1 s).
+LEASE_S = 16.0
 # How long mm-1 is observed behind while the primary is held stopped.
 HELD_BEHIND_S = 2.5
 
@@ -71,7 +72,7 @@ async def test_a_restarted_mm_is_ready_only_once_its_copies_are_in_sync(tmp_path
         await asyncio.to_thread(
             cluster.wait_until,
             lambda: all(a.replicas == ("mm-0",) for a in cluster.table().values()),
-            30,
+            LEASE_S + 30,
             "mm-1 dropped from every partition",
         )
         producer = await Producer.connect(

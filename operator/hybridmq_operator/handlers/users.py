@@ -9,6 +9,8 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import secrets
+import threading
+from collections import defaultdict
 from typing import Any
 
 import kopf
@@ -90,7 +92,19 @@ def _write_status(user: BrokerUser, verdict: UserVerdict, secret: str | None) ->
     )
 
 
+# One users sync per cluster at a time: kopf runs the handlers of different BrokerUsers at once,
+# and a sync that read the Secret before another's write would write back what it read: a password
+# hashed again (with a new salt: the CMs end that user's sessions as if it had been changed) or an
+# ACL as it was before a narrowing.
+_sync_locks: defaultdict[tuple[str, str], threading.Lock] = defaultdict(threading.Lock)
+
+
 def sync_users(namespace: str, cluster_name: str) -> None:
+    with _sync_locks[(namespace, cluster_name)]:
+        _sync_users(namespace, cluster_name)
+
+
+def _sync_users(namespace: str, cluster_name: str) -> None:
     raw = kube.get(names.API_VERSION, names.CLUSTER_KIND, namespace, cluster_name)
     cluster = BrokerCluster.model_validate(raw) if raw else None
     settings = ClusterSettings.from_body(raw) if raw else None
