@@ -4,17 +4,25 @@ When a link (re)connects, ``on_connect`` is called so the CM can replay its acti
 an MM that restarted (kill -9 test) gets its consumers back without the clients noticing. When a
 connection ends, ``on_lost`` is called once every frame it brought was handled: the MM gave back
 every delivery it made on it (they come again, flagged), so the CM voids them at the clients.
+
+Requests about one partition (produces, acknowledgements, transaction steps) are tracked by
+partition: when the partition's primary moves away from this MM, ``fail_partitions`` fails the ones
+still waiting, and the clients resend to the new primary. An MM that is frozen (SIGSTOP, a long
+pause, a half-open network) would otherwise hold them for ever. The connection itself stays: the
+deliveries the MM made of its other partitions remain good.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
+from functools import partial
 from typing import Any
 
 from hybridmq.api.frames import PROTOCOL_VERSION, FrameType
 from hybridmq.protocol import Connection, open_connection
+from hybridmq.protocol.connection import ConnectionClosed
 from hybridmq.protocol.tls import BrokerTls
 
 log = logging.getLogger(__name__)
@@ -44,7 +52,37 @@ class MMLink:
         self.on_connect = on_connect
         self.conn: Connection | None = None
         self.connected = asyncio.Event()
+        self._waiting: dict[str, set[asyncio.Future[Any]]] = {}  # partition -> its pending requests
         self._task: asyncio.Task[None] | None = None
+
+    def request(self, partition: str, frame: dict[str, Any]) -> asyncio.Future[Any]:
+        """Send a request about ``partition``; its answer's future (ConnectionClosed when the link
+        is down, or when ``fail_partitions`` names the partition before the answer came)."""
+        if self.conn is None:
+            raise ConnectionClosed(f"cm->{self.name}")
+        fut = self.conn.request_nowait(frame)
+        waiting = self._waiting.setdefault(partition, set())
+        waiting.add(fut)
+        fut.add_done_callback(partial(self._answered, partition))
+        return fut
+
+    def _answered(self, partition: str, fut: asyncio.Future[Any]) -> None:
+        waiting = self._waiting.get(partition)
+        if waiting is not None:
+            waiting.discard(fut)
+            if not waiting:
+                del self._waiting[partition]
+
+    def fail_partitions(self, partitions: Iterable[str], why: str) -> int:
+        """Fail the requests still waiting about ``partitions`` (their primary moved away from this
+        MM); how many there were."""
+        failed = 0
+        for partition in partitions:
+            for fut in list(self._waiting.pop(partition, ())):
+                if not fut.done():
+                    fut.set_exception(ConnectionClosed(why))
+                    failed += 1
+        return failed
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run())

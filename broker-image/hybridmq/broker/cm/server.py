@@ -27,10 +27,12 @@ Kubernetes):
   replays the subscriptions; requests pending on the old one fail and are resent).
 * Produce requests forwarded to an MM that is no longer the primary of their partition would wait
   for ever if that MM is frozen (SIGSTOP, a long GC pause, a half-open network): the client only
-  resends after an error. So when a new table moves a partition's primary away from an MM, the CM
-  drops its link to that MM: every request pending on it fails at once (MM_UNAVAILABLE, which the
-  producer resends, now to the new primary at the new epoch; the sequence numbers drop what was
-  stored twice). The link reconnects by itself and replays the subscriptions.
+  resends after an error. So when a new table moves a partition's primary away from an MM, the
+  requests about that partition still pending on the MM's link fail at once (MM_UNAVAILABLE, which
+  the producer resends, now to the new primary at the new epoch; the sequence numbers drop what
+  was stored twice). The link itself stays: closing it would give back every delivery the MM made
+  on it, also of its partitions that did not move, and their consumers' acknowledgements would be
+  refused (the records delivered again although acknowledged).
 * Deliveries made by the old primary are void once a partition moves to a new epoch: the new
   primary hands every unacknowledged batch out again, flagged, possibly to another consumer. A
   consumer may still hold old deliveries it has not handed to its application yet; handed out after
@@ -38,9 +40,9 @@ Kubernetes):
   (partition, new epoch) as soon as this CM learns of the epoch, from the table or from the first
   delivery at that epoch it relays (whichever comes first, so a REVOKE always precedes the new
   primary's deliveries on a session); the client drops older ones.
-* Deliveries are void too when the connection to their MM ends (this CM drops it when the MM is
-  demoted for some partition, or the MM died): the MM gives back what it delivered on it, also of
-  partitions that keep their epoch, and hands it out again, flagged, possibly to another consumer.
+* Deliveries are void too when the connection to their MM ends (the MM died or was cut off): the
+  MM gives back what it delivered on it, also of partitions that keep their epoch, and hands it
+  out again, flagged, possibly to another consumer.
   So every consumer session gets REVOKE (partition, ``lost`` = the epoch they came at) for each
   partition that MM delivered, before anything from a new connection is relayed; the client drops
   what it still queues of them.
@@ -310,18 +312,23 @@ class ConnectionManager:
     def _on_table(self) -> None:
         self._sync_links()
         table = self.source.partitions()
-        demoted: set[str] = set()
+        moved: dict[str, list[str]] = {}  # former primary -> the partitions that moved off it
         for name, a in table.items():
             old = self._primaries.get(name)
             if old is not None and old != a.primary:
-                demoted.add(old)
+                moved.setdefault(old, []).append(name)
             self._new_epoch(name, a.epoch)
         self._primaries = {n: a.primary for n, a in table.items()}
-        for mm in sorted(demoted):
+        for mm, partitions in sorted(moved.items()):
             link = self.links.get(mm)
-            if link is not None and link.conn is not None and not link.conn.closed:
-                log.info("%s is no longer primary of some partitions: resetting the link", mm)
-                link.conn.close()
+            if link is None:
+                continue
+            # Only these partitions' requests: the link and the deliveries of the MM's other
+            # partitions stay good (closing it gave every one of them back).
+            why = f"the primary of {', '.join(partitions)} moved off {mm}"
+            failed = link.fail_partitions(partitions, why)
+            if failed:
+                log.info("%s is no longer primary of %s: %d requests failed over", mm, partitions, failed)
 
     def _new_epoch(self, partition: str, epoch: int) -> None:
         """Revoke the older epochs' deliveries of ``partition`` on every consumer session."""
@@ -588,7 +595,7 @@ class ConnectionManager:
         frame["d"] = dest
         frame["e"] = a.epoch
         try:
-            fut = link.conn.request_nowait(frame)
+            fut = link.request(a.name, frame)
         except ConnectionClosed:  # the MM went away a moment ago: the producer resends
             session.conn.reply_error(frame, ErrorCode.MM_UNAVAILABLE, f"primary of {a.name} unavailable")
             return None
@@ -716,7 +723,7 @@ class ConnectionManager:
             link.conn.send_nowait(frame)
             return
         try:
-            fut = link.conn.request_nowait(frame)
+            fut = link.request(str(frame.get("p", "")), frame)
         except ConnectionClosed:
             session.conn.send_nowait(error_frame(ErrorCode.MM_UNAVAILABLE, "the primary went away", corr))
             return

@@ -88,9 +88,9 @@ class TxManager:
             elif link is not None and link.conn is not None and not link.conn.closed:
                 left = max(0.5, deadline - time.monotonic())
                 try:
-                    reply: dict[str, Any] = await link.conn.request(
-                        dict(frame, p=partition, e=a.epoch), timeout=left
-                    )
+                    fut = link.request(partition, dict(frame, p=partition, e=a.epoch))
+                    await link.conn.drain()
+                    reply: dict[str, Any] = await asyncio.wait_for(fut, left)
                     return reply
                 except RemoteError as exc:
                     if exc.code not in RETRIABLE:
