@@ -298,7 +298,7 @@ class ReplicaManager:
         read the log again, and so on (a failover storm). A long log takes seconds: that is
         progress, not a hang, so it does not count against the reconcile round's bound."""
         budget = self._budget
-        if budget is not None:
+        if budget is not None and not budget.expired():  # expiring: its cancellation is on the way
             budget.reschedule(None)
         try:
             await asyncio.to_thread(host.recover)

@@ -189,7 +189,13 @@ class TxParticipant:
             if one:
                 records.append(TxDecision(txid, True))
                 self.decisions[txid] = True
-            host.storage.append_control(records, host.epoch)
+            try:
+                host.append_control(records)  # fenced: the lease may have lapsed while paused
+            except CommitError as exc:  # nothing recorded: not prepared
+                self._release(tx)
+                self.open.pop(txid, None)
+                self.decisions.pop(txid, None)
+                raise TxRefused(exc.frame_code, str(exc)) from None
             try:
                 if one:
                     await self._commit(tx)
@@ -250,8 +256,8 @@ class TxParticipant:
                 await self._flush()  # a decision found in memory may not be replicated yet
                 return known
             self.decisions[txid] = commit
-            self.host.storage.append_control([TxDecision(txid, commit)], self.host.epoch)
             try:
+                self.host.append_control([TxDecision(txid, commit)])
                 await self._flush()
             except CommitError:
                 self.decisions.pop(txid, None)  # not known to be durable: ask again
@@ -275,11 +281,11 @@ class TxParticipant:
                 await self._commit(tx)
                 return
             self._release(tx)
-            self.host.write_cursors()
-            self.host.storage.append_control([TxEnd(txid, False)], self.host.epoch)
             self.open.pop(txid, None)
             self._ended(txid, False)
             try:
+                self.host.write_cursors()
+                self.host.append_control([TxEnd(txid, False)])
                 await self._flush()
             except CommitError:
                 pass  # a new primary that lost the TxEnd finds no decision: rolled back again
@@ -304,7 +310,8 @@ class TxParticipant:
                 state.mark_acked(first, last)
         tx.holds = []
         host.write_cursors()
-        host.storage.append_control([TxEnd(tx.txid, True)], host.epoch)
+        # CommitError (fenced): left open, applied so far; asked again, it writes only the rest.
+        host.append_control([TxEnd(tx.txid, True)])
         self.open.pop(tx.txid, None)
         self._ended(tx.txid, True)
         await self._flush()
