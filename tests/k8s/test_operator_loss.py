@@ -46,8 +46,9 @@ def fixed(kube: Kube) -> dict[str, dict[str, Any]]:
 def settled(kube: Kube, mms: int) -> bool:
     """Every MM Ready, every fixed partition Active with a Ready primary and exactly its two
     replicas, both in sync (a new partition's first status can say Active before it names its
-    primary), and the primaries balanced: no primary-balancing move (an extra copy, then a handoff) in flight that
-    could make another MM the in-sync candidate between this check and the fault."""
+    primary), and the primaries balanced: no primary-balancing move (an extra copy, then a
+    handoff) in flight that could make another MM the in-sync candidate between this check and
+    the fault."""
     parts = fixed(kube)
     ready = kube.ready_pods("mm")
     led = Counter(str(s.get("primary")) for s in parts.values())
