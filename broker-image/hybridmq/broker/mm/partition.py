@@ -170,6 +170,7 @@ class PartitionHost:
         self._ack_replies: list[tuple[Any, dict[str, Any]]] = []
         self._committing: list[tuple[Any, dict[str, Any]]] = []  # replies of the round in progress
         self._control_ready = asyncio.Event()
+        self._end_at_last_check = 0  # the log end the space checker saw last round
         self.producers = AttachedProducers()
         # Named reader cursors (stream readers' committed offsets) and the end of the last
         # application data batch (control records and internal ``_`` destinations after it, e.g.
@@ -398,19 +399,24 @@ class PartitionHost:
             acks: list[tuple[Any, dict[str, Any]]] = []
             for conn, frame in batch:
                 acks.append((conn, self._append_one(frame)))
+            stored = any(reply["t"] == FrameType.PRODUCE_ACK for _, reply in acks)
             try:
                 end = self.storage.end_offset
                 await self.storage.flush(end)
-                await self.commit(end)
-                self.storage.visible_end = max(self.storage.visible_end, end)
+                # ``minInSync`` is for acknowledging producers; the broker's own batches (``_DMQ``
+                # moves, ``_LOG`` events) only need the in-sync replicas, as cursors do.
+                await self.commit(end, min_in_sync=stored)
             except Exception as exc:
                 # A failed commit has a retriable ``frame_code`` (NOT_PRIMARY, MM_UNAVAILABLE): the
-                # producers resend and the sequence numbers drop duplicates.
+                # producers resend and the sequence numbers drop duplicates. A refused produce
+                # keeps its own answer.
                 code = exc.frame_code if isinstance(exc, CommitError) else None
                 if code is None:
                     log.exception("flush failed on %s", self.name)
                 acks = [
                     (c, error_frame(code or ErrorCode.INTERNAL, f"not acknowledged: {exc}", f.get("r")))
+                    if f["t"] == FrameType.PRODUCE_ACK
+                    else (c, f)
                     for c, f in acks
                 ]
             for conn, reply in acks:
@@ -421,10 +427,18 @@ class PartitionHost:
     async def commit(self, end: int, *, min_in_sync: bool = True) -> None:
         """Return once every record below ``end`` is flushed and covered by the high watermark
         (``min_in_sync=False``: on every in-sync replica, however few: enough for control records,
-        since only an in-sync replica is ever promoted) while the lease still holds."""
+        since only an in-sync replica is ever promoted) while the lease still holds.
+
+        Covered by the high watermark, the records are visible to consumers whatever the in-sync
+        count (Kafka's rule): only an acknowledgement also needs ``minInSync`` copies. Whoever
+        commits makes everything below ``end`` visible, so that a record whose own commit failed
+        (too few in sync, lease lapsed) shows once a later commit covers it."""
         try:
             async with asyncio.timeout(self.commit_timeout_s):
-                await self.leader.wait_committed(end, min_in_sync=min_in_sync)
+                await self.leader.wait_committed(end, min_in_sync=False)
+            self.storage.visible_end = max(self.storage.visible_end, end)
+            if min_in_sync:
+                await self.leader.wait_for_hw(end)  # at once: raises while too few are in sync
         except NotPrimaryError as exc:
             raise CommitError(ErrorCode.NOT_PRIMARY, str(exc)) from None
         except (ReplicationError, TimeoutError) as exc:
@@ -916,7 +930,11 @@ class PartitionHost:
         that moved without an acknowledgement (at most every 0.2 s)."""
         while True:
             await asyncio.sleep(0.2)
-            if any(s.dirty for s in self.states.values() if s.persistent):
+            # Records appended a round ago and still not visible: their commit failed (too few in
+            # sync, lease lapsed) and no producer is left to resend; a control round commits them.
+            stuck = self.storage.visible_end < self._end_at_last_check
+            self._end_at_last_check = self.storage.end_offset
+            if stuck or any(s.dirty for s in self.states.values() if s.persistent):
                 self._control_ready.set()  # cursors moved without an ack (skips, _DMQ moves)
             if self.blocked:
                 self._check_space()

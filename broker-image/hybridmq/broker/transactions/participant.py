@@ -244,8 +244,7 @@ class TxParticipant:
         host = self.host
         end = host.storage.end_offset
         await host.storage.flush(end)
-        await host.commit(end)
-        host.storage.visible_end = max(host.storage.visible_end, end)
+        await host.commit(end)  # visible once committed
         host.wake_consumers()
 
     async def decide(self, txid: str, commit: bool) -> bool:
