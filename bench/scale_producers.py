@@ -2,8 +2,8 @@
 stdin (one name a line), each sending one message every ``--interval`` seconds and recording when
 each send was acknowledged.
 
-Runs until SIGTERM, then writes ``{partition: [ack times]}`` as JSON to
-``--out``; the times are ``time.monotonic()``, which is the same clock for every process of the
+Runs until SIGTERM, then writes ``{partition: [ack times]}`` as JSON to ``--out`` (before closing
+its producers); the times are ``time.monotonic()``, which is the same clock for every process of the
 machine, so the parent compares them with its own. ``ready`` is printed once every partition has
 had one acknowledgement. Acknowledged payloads are ``<partition>:<n>`` with ``n`` counting up.
 """
@@ -16,6 +16,7 @@ import json
 import signal
 import sys
 import time
+from pathlib import Path
 
 from hybridmq.client import ClientError, Producer
 
@@ -53,7 +54,7 @@ async def _one(
         await producer.close()
 
 
-async def main_async(args: argparse.Namespace, names: list[str]) -> dict[str, list[float]]:
+async def main_async(args: argparse.Namespace, names: list[str]) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
@@ -74,8 +75,10 @@ async def main_async(args: argparse.Namespace, names: list[str]) -> dict[str, li
         print("ready", flush=True)
     await stopped
     all_acked.cancel()
+    # Written before the producers close: a close that waits on an unacknowledged send must not
+    # cost the acknowledgements recorded so far (the parent kills a process that takes too long).
+    Path(args.out).write_text(json.dumps(acks))  # noqa: ASYNC240 - nothing else runs by now
     await asyncio.gather(*tasks, return_exceptions=True)
-    return acks
 
 
 def main() -> int:
@@ -85,9 +88,7 @@ def main() -> int:
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     names = [line.strip() for line in sys.stdin if line.strip()]
-    acks = asyncio.run(main_async(args, names))
-    with open(args.out, "w") as f:
-        json.dump(acks, f)
+    asyncio.run(main_async(args, names))
     return 0
 
 

@@ -137,3 +137,36 @@ def test_a_stalled_controller_holds_none_of_its_stall_against_the_mms(monkeypatc
         c.heartbeat(MMS[1], "a", None)
         c.tick()
     assert c.live == frozenset(MMS[:2]), "a dead MM must still be found out"
+
+
+def test_a_report_that_disagrees_with_the_table_is_planned_once_not_every_tick(monkeypatch: Any) -> None:
+    """Right after a failover a new primary still names the lost MM in sync: the table cannot
+    follow (the MM is no replica any more). One plan takes the report in; planning all partitions
+    again on every 50 ms tick until the next report would take the CPU the brokers need."""
+    c = _controller()
+    _beat_all(c)
+    c.tick()
+    a = {x.name: x for x in c.assignments}["local-fixed-0"]
+    assert a.primary is not None
+    lost = "mm-9"  # not a replica: the planner keeps it out of the table
+    report = MMReport(
+        partitions={
+            a.name: PartitionReport(
+                role="primary", epoch=a.epoch, log_end_offset=10, in_sync=[a.primary, *a.backups, lost]
+            )
+        }
+    )
+    plans = 0
+    replan = c.replan
+
+    def counted(now: float | None = None) -> None:
+        nonlocal plans
+        plans += 1
+        replan(now)
+
+    monkeypatch.setattr(c, "replan", counted)
+    c.heartbeat(a.primary, "a", report)
+    for _ in range(5):
+        c.tick()
+    assert plans == 1, f"{plans} plans for one report"
+    assert lost not in {x.name: x for x in c.assignments}[a.name].in_sync

@@ -34,7 +34,7 @@ import logging
 import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from aiohttp import web
@@ -142,6 +142,7 @@ class LocalController:
         self._grace_until = time.monotonic() + startup_grace_s
         self._dirty = False
         self._last_plan = 0.0
+        self._last_plan_at = datetime.now(UTC)  # wall clock: retention is kept in wall time
         self._last_tick: float | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -247,29 +248,37 @@ class LocalController:
         return frozenset(m for m, r in self.reports.items() if r.stopping and m in self.live)
 
     def _urgent(self) -> bool:
-        """An MM asks for a graceful handoff, a primary proposes a different in-sync set, or a
-        draining partition is empty."""
+        """An MM asks for a graceful handoff, a primary proposes a different in-sync set, a
+        draining partition is empty, or its retention ran out. Only news counts (a report that
+        changed, a retention that ran out since the last plan): the same inputs give the same
+        plan, and re-planning every partition on every tick while a report disagrees with the
+        table (a new primary still naming a lost backup in sync) takes the CPU the brokers need
+        right after a failover."""
         if self._stopping() != self._planned_stopping:
             return True
         for a in self.assignments:
+            if a.state == PartitionState.DRAINING and self._retention_ran_out(a):
+                return True
+            if not self._dirty:
+                continue
             own = self.reports.get(a.primary or "")
             rep = own.partitions.get(a.name) if own is not None else None
             if rep is None or rep.role != "primary" or rep.epoch != a.epoch:
                 continue
             if set(rep.in_sync) != set(a.in_sync):
                 return True
-            if a.state == PartitionState.DRAINING and rep.backlog == 0 and self._dirty:
-                return True
-            if a.state == PartitionState.DRAINING and self._retention_over(a):
+            if a.state == PartitionState.DRAINING and rep.backlog == 0:
                 return True
         return False
 
-    def _retention_over(self, a: PartitionAssignment) -> bool:
-        """An empty draining partition's retention has passed: plan now (nothing else may change)."""
+    def _retention_ran_out(self, a: PartitionAssignment) -> bool:
+        """An empty draining partition's retention passed since the last plan: plan now (nothing
+        else may change)."""
         if a.drained_since is None:
             return False
-        kept = (datetime.now(UTC) - a.drained_since).total_seconds()
-        return kept >= self.spec.partitions.on_demand.retention_after_drain_seconds
+        kept = timedelta(seconds=self.spec.partitions.on_demand.retention_after_drain_seconds)
+        over = a.drained_since + kept
+        return self._last_plan_at < over <= datetime.now(UTC)
 
     def _forgive_own_stall(self, now: float) -> None:
         """Time the controller itself did not run (a starved process) is not held against the MMs:
@@ -285,6 +294,7 @@ class LocalController:
 
     def replan(self, now: float | None = None) -> None:
         self._last_plan = now if now is not None else time.monotonic()
+        self._last_plan_at = datetime.now(UTC)
         self._dirty = False
         live_reports = {m: r for m, r in self.reports.items() if m in self.live}
         self._planned_stopping = self._stopping()
