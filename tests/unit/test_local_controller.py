@@ -170,3 +170,51 @@ def test_a_report_that_disagrees_with_the_table_is_planned_once_not_every_tick(m
         c.tick()
     assert plans == 1, f"{plans} plans for one report"
     assert lost not in {x.name: x for x in c.assignments}[a.name].in_sync
+
+
+def test_moving_offsets_alone_wait_for_the_full_plan(monkeypatch: Any) -> None:
+    """Every produce moves a primary's offsets, so every heartbeat under load carries a changed
+    report. Planning every partition for each would keep a core busy at a thousand partitions;
+    offsets change no decision and are taken in by the periodic plan. An in-sync change is
+    planned at once."""
+    clock = [1000.0]
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
+    c = _controller()
+    _beat_all(c)
+    c.tick()
+    plans: list[float] = []
+    replan = c.replan
+
+    def counted(now: float | None = None) -> None:
+        plans.append(clock[0])
+        replan(now)
+
+    monkeypatch.setattr(c, "replan", counted)
+    a = {x.name: x for x in c.assignments}["local-fixed-0"]
+    assert a.primary is not None and a.backups
+    for step in range(1, 20):  # 0.95 s of heartbeats whose offsets move at every beat
+        clock[0] += 0.05
+        offsets = {x.name: x for x in c.assignments}
+        reports = {
+            name: PartitionReport(
+                role="primary", epoch=x.epoch, log_end_offset=10 + step, in_sync=list(x.in_sync)
+            )
+            for name, x in offsets.items()
+            if x.primary == a.primary
+        }
+        c.heartbeat(a.primary, "a", MMReport(partitions=reports))
+        for other in MMS:
+            if other != a.primary:
+                c.heartbeat(other, "a", None)  # alive, report unchanged
+        c.tick()
+    assert plans == [], f"offsets alone planned {len(plans)} times within a second"
+    clock[0] += 0.1
+    c.tick()
+    assert len(plans) == 1, "the periodic plan must take the moved offsets in"
+    shrunk = PartitionReport(role="primary", epoch=a.epoch, log_end_offset=30, in_sync=[a.primary])
+    clock[0] += 0.05
+    c.heartbeat(a.primary, "a", MMReport(partitions={a.name: shrunk}))
+    c.tick()
+    assert c.live == frozenset(MMS)
+    assert len(plans) == 2, "an in-sync change must be planned at once"
+    assert {x.name: x for x in c.assignments}[a.name].in_sync == (a.primary,)

@@ -43,9 +43,16 @@ from hybridmq.api.assignment import BrokerEntry, PartitionAssignment, PartitionS
 from hybridmq.api.lease_report import MMReport
 from hybridmq.api.resources import BrokerClusterSpec
 from hybridmq.broker.auth import cluster_secret
-from hybridmq.planner import ReplicaReport, plan_assignments
+from hybridmq.planner import ReplicaReport, decision_shape, plan_assignments
 
 LOG = logging.getLogger(__name__)
+
+# A report that changes a decision (an epoch, an in-sync set, a partition that became empty) is
+# planned within PLAN_EVERY_S; one whose offsets and figures alone moved (every produce moves them)
+# waits for the periodic plan, FULL_PLAN_EVERY_S. Planning 1,000 partitions takes a good part of a
+# core for a fifth of a second, which the MMs need right after a failover.
+PLAN_EVERY_S = 0.25
+FULL_PLAN_EVERY_S = 1.0
 
 ProcessAction = Callable[[str, str], None]
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -140,7 +147,10 @@ class LocalController:
         self.handoffs: list[dict[str, Any]] = []
         self._planned_stopping: frozenset[str] = frozenset()
         self._grace_until = time.monotonic() + startup_grace_s
-        self._dirty = False
+        self._dirty = False  # reports changed since the last plan
+        self._news = False  # reports changed since the last look at their decision shapes
+        self._shapes_changed = False
+        self._planned_shapes: tuple[Any, dict[str, Any]] = ((), {})
         self._last_plan = 0.0
         self._last_plan_at = datetime.now(UTC)  # wall clock: retention is kept in wall time
         self._last_tick: float | None = None
@@ -239,7 +249,20 @@ class LocalController:
             for m in sorted(live - self.live):
                 self._event("MessageManagerBack", f"{m} heartbeats again")
         self.live = live
-        if urgent or (self._dirty and now - self._last_plan >= 0.25):
+        if self._news:
+            self._news = False
+            holdings, shapes = self._decision_shapes()
+            planned_holdings, planned = self._planned_shapes
+            changed = {n for n in shapes.keys() | planned.keys() if shapes.get(n) != planned.get(n)}
+            if changed or holdings != planned_holdings:
+                self._shapes_changed = True
+                urgent = urgent or self._report_urgent(changed)
+        since = now - self._last_plan
+        if (
+            urgent
+            or (self._shapes_changed and since >= PLAN_EVERY_S)
+            or (self._dirty and since >= FULL_PLAN_EVERY_S)
+        ):
             self.replan(now)
         self.restarted.clear()
 
@@ -247,19 +270,33 @@ class LocalController:
         """Live MMs whose report asks for a graceful handoff (they got SIGTERM)."""
         return frozenset(m for m, r in self.reports.items() if r.stopping and m in self.live)
 
+    def _decision_shapes(self) -> tuple[Any, dict[str, Any]]:
+        """What of the live MMs' reports the planner decides on (``decision_shape`` per partition,
+        which partitions each MM holds); offsets and figures left out."""
+        live_reports = {m: r for m, r in self.reports.items() if m in self.live}
+        per_partition = replica_reports(self.assignments, live_reports)
+        return (
+            tuple(sorted((m, frozenset(r.partitions)) for m, r in live_reports.items())),
+            {name: decision_shape(r) for name, r in per_partition.items()},
+        )
+
     def _urgent(self) -> bool:
-        """An MM asks for a graceful handoff, a primary proposes a different in-sync set, a
-        draining partition is empty, or its retention ran out. Only news counts (a report that
-        changed, a retention that ran out since the last plan): the same inputs give the same
-        plan, and re-planning every partition on every tick while a report disagrees with the
-        table (a new primary still naming a lost backup in sync) takes the CPU the brokers need
-        right after a failover."""
+        """An MM asks for a graceful handoff or a draining partition's retention ran out since
+        the last plan."""
         if self._stopping() != self._planned_stopping:
             return True
+        return any(
+            a.state == PartitionState.DRAINING and self._retention_ran_out(a) for a in self.assignments
+        )
+
+    def _report_urgent(self, changed: set[str]) -> bool:
+        """Partitions whose decision shapes changed propose a different in-sync set or are empty
+        and draining: plan at once. Only news counts: the same inputs give the same plan, and
+        re-planning every partition on every tick while a report disagrees with the table (a new
+        primary still naming a lost backup in sync) takes the CPU the brokers need right after a
+        failover."""
         for a in self.assignments:
-            if a.state == PartitionState.DRAINING and self._retention_ran_out(a):
-                return True
-            if not self._dirty:
+            if a.name not in changed:
                 continue
             own = self.reports.get(a.primary or "")
             rep = own.partitions.get(a.name) if own is not None else None
@@ -295,7 +332,7 @@ class LocalController:
     def replan(self, now: float | None = None) -> None:
         self._last_plan = now if now is not None else time.monotonic()
         self._last_plan_at = datetime.now(UTC)
-        self._dirty = False
+        self._dirty = self._shapes_changed = False
         live_reports = {m: r for m, r in self.reports.items() if m in self.live}
         self._planned_stopping = self._stopping()
         result = plan_assignments(
@@ -321,6 +358,7 @@ class LocalController:
             if self._changed is not None:
                 self._changed.set()
                 self._changed = asyncio.Event()
+        self._planned_shapes = self._decision_shapes()  # against the table just planned
 
     def _event(self, reason: str, message: str) -> None:
         LOG.info("%s: %s", reason, message)
@@ -360,7 +398,7 @@ class LocalController:
         if report is not None:
             old = self.reports.get(name)
             if old is None or old != report:
-                self._dirty = True
+                self._dirty = self._news = True
             self.reports[name] = report
         return {"version": self.version, "lease_s": self.lease_s}
 

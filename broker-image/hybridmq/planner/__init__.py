@@ -31,6 +31,7 @@ from hybridmq.planner.state import (
     MessageManager,
     PartitionInfo,
     ReplicaReport,
+    decision_shape,
     natural_key,
 )
 
@@ -52,6 +53,7 @@ __all__ = [
     "UpdatePartitionStatus",
     "apply_changes",
     "blocked_scale_down",
+    "decision_shape",
     "domain_spread",
     "fixed_name",
     "natural_key",

@@ -10,6 +10,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from hybridmq.api.resources import (
     PARTITION_FINALIZER,
@@ -79,6 +80,16 @@ class ReplicaReport:
     backlog: int = 0
     producers: int = 0
     reader_lag: int = 0
+
+
+def decision_shape(r: ReplicaReport | None) -> tuple[Any, ...] | None:
+    """What of a primary's report can change a decision: who reports, its epoch, its in-sync set,
+    and whether the partition is empty, unattended and read to its end (on-demand GC). Moving
+    offsets and figures alone change no decision: a planner's caller may leave them to its next
+    periodic plan instead of planning every partition again for each produce."""
+    if r is None:
+        return None
+    return (r.reporter, r.epoch, r.in_sync, r.backlog == 0, r.producers == 0, r.reader_lag == 0)
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,8 +27,8 @@ from hybridmq.planner import (
     MessageManager,
     Plan,
     ReleaseFinalizer,
-    ReplicaReport,
     commit,
+    decision_shape,
     figures,
     plan,
 )
@@ -54,15 +54,6 @@ MAX_CREATES_PER_ROUND = 100
 def _mm_shape(m: MessageManager) -> MessageManager:
     """An MM without its moving offsets (which partitions it holds still counts)."""
     return replace(m, log_end_offsets=dict.fromkeys(m.log_end_offsets, 0))
-
-
-def _report_shape(r: ReplicaReport | None) -> tuple[Any, ...] | None:
-    """What of a primary's report can change a decision: its epoch, its in-sync set, and whether
-    the partition is empty, unattended and read to its end (on-demand GC). Offsets and figures
-    alone do not re-plan; they are picked up by the next plan (at least every FULL_PLAN_EVERY_S)."""
-    if r is None:
-        return None
-    return (r.reporter, r.epoch, r.in_sync, r.backlog == 0, r.producers == 0, r.reader_lag == 0)
 
 
 def _uid_epoch(body: Mapping[str, Any]) -> tuple[str, int]:
@@ -139,7 +130,7 @@ class Reconciler:
             settings,
             tuple(_mm_shape(m) for m in state.message_managers),
             tuple(
-                (p.name, p.status, p.deleting, tuple(p.finalizers), _report_shape(p.report))
+                (p.name, p.status, p.deleting, tuple(p.finalizers), decision_shape(p.report))
                 for p in state.partitions
             ),
         )
