@@ -199,7 +199,9 @@ class ReplicaManager:
 
     async def reconcile(self) -> None:
         table = self.mm.source.partitions()
-        for name, a in sorted(table.items()):
+        # Promotions first: after a failover their producers wait for them, while the replacement
+        # backups the same table names (new logs, fetchers to start) wait for nobody.
+        for name, a in sorted(table.items(), key=lambda item: (item[1].primary != self.me, item[0])):
             self.step = f"{name}: {a.primary}@{a.epoch}"
             if a.primary == self.me:
                 await self._be_primary(a)
