@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from host_wire import Wire, until
 
 from hybridmq.api.frames import BatchFlag, ErrorCode, FrameType
 from hybridmq.broker.destinations.delivery import ConsumerLink
@@ -23,20 +24,6 @@ from hybridmq.broker.replication import PartitionPrimary
 
 QUEUE = "queue:streams"
 CHUNKS = 4
-
-
-class Wire:
-    """What a CM connection would carry to the consumer."""
-
-    def __init__(self) -> None:
-        self.closed = False
-        self.frames: list[dict[str, Any]] = []
-
-    def send_nowait(self, frame: dict[str, Any]) -> None:
-        self.frames.append(frame)
-
-    def deliveries(self) -> list[dict[str, Any]]:
-        return [f for f in self.frames if f.get("t") == FrameType.DELIVER]
 
 
 class ControlRounds:
@@ -54,15 +41,6 @@ class ControlRounds:
         self.entered.set()
         await self.release.wait()
         raise CommitError(ErrorCode.MM_UNAVAILABLE, "not replicated: the backup froze")
-
-
-async def _until(predicate: Any, what: str) -> None:
-    """Poll a condition the host reaches through its own tasks (5 s at most)."""
-    for _ in range(500):
-        if predicate():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _contiguous(deliveries: list[dict[str, Any]]) -> list[int]:
@@ -104,7 +82,7 @@ async def test_a_chunk_given_back_while_its_round_waits_is_not_sent(
                     "xa": {"sid": "s1", "seq": seq, "fin": seq == CHUNKS - 1},
                 },
             )
-        await _until(lambda: len(producer.frames) == CHUNKS, "produce acks")
+        await until(lambda: len(producer.frames) == CHUNKS, "produce acks")
         assert all(f["t"] == FrameType.PRODUCE_ACK for f in producer.frames)
         bases = [int(f["o"]) for f in producer.frames]
 
@@ -112,12 +90,12 @@ async def test_a_chunk_given_back_while_its_round_waits_is_not_sent(
         link = ConsumerLink(consumer, "c1", window=2, window_bytes=1 << 20)
         host.attach(link, QUEUE, "exact", None)
         host.pump()  # chunks 0 and 1 (the window)
-        await _until(lambda: len(consumer.deliveries()) == 2, "first two chunks")
+        await until(lambda: len(consumer.deliveries()) == 2, "first two chunks")
 
         rounds.block_next = True
         assert host.ack(link, bases[0], attempt=1)  # chunk 0 read: chunk 2 goes out next
         host.pump()
-        await _until(rounds.entered.is_set, "the round of chunk 2 waits")
+        await until(rounds.entered.is_set, "the round of chunk 2 waits")
         assert host.ack(link, bases[1], attempt=1)  # chunk 1 read: chunk 3 waits for the next round
         host.pump()
         rounds.release.set()  # the round of chunk 2 fails: the whole stream is given back

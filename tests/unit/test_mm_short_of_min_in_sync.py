@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import msgpack
+from host_wire import Wire, until
 
 from hybridmq.api.frames import DMQ_DESTINATION, ErrorCode, FrameType
 from hybridmq.broker.destinations.delivery import ConsumerLink
@@ -30,30 +31,8 @@ def _records(value: bytes) -> bytes:
     return bytes(msgpack.packb([[value, None, {}, 0]], use_bin_type=True))
 
 
-class Wire:
-    """What a CM connection would carry to a client."""
-
-    def __init__(self) -> None:
-        self.closed = False
-        self.frames: list[dict[str, Any]] = []
-
-    def send_nowait(self, frame: dict[str, Any]) -> None:
-        self.frames.append(frame)
-
-    def of_type(self, kind: FrameType) -> list[dict[str, Any]]:
-        return [f for f in self.frames if f.get("t") == kind]
-
-
 def _produce(seq: int, value: bytes) -> dict[str, Any]:
     return {"t": FrameType.PRODUCE, "c": seq, "d": QUEUE, "n": 1, "b": _records(value)}
-
-
-async def _until(predicate: Any, what: str) -> None:
-    for _ in range(300):
-        if predicate():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 async def test_a_dmq_move_is_delivered_while_short_of_min_in_sync(tmp_path: Path) -> None:
@@ -66,25 +45,25 @@ async def test_a_dmq_move_is_delivered_while_short_of_min_in_sync(tmp_path: Path
     producer, consumer, dmq_reader = Wire(), Wire(), Wire()
     try:
         host.enqueue_produce(producer, _produce(1, b"m0"))
-        await _until(lambda: producer.frames, "the produce answer")
+        await until(lambda: producer.frames, "the produce answer")
         assert producer.frames[0]["t"] == FrameType.PRODUCE_ACK, producer.frames
 
         link = ConsumerLink(consumer, "c1", window=1, window_bytes=1 << 20)
         host.attach(link, QUEUE, "exact", None)
         host.pump()
-        await _until(lambda: consumer.of_type(FrameType.DELIVER), "the delivery")
+        await until(lambda: consumer.of_type(FrameType.DELIVER), "the delivery")
         delivered = consumer.of_type(FrameType.DELIVER)[0]
 
         leader.update_assignment(min_in_sync=2)  # one copy in sync, two required
         host.enqueue_produce(producer, _produce(2, b"m1"))
-        await _until(lambda: len(producer.frames) == 2, "the second produce answer")
+        await until(lambda: len(producer.frames) == 2, "the second produce answer")
         refused = producer.frames[1]
         assert refused["t"] == FrameType.ERROR, "a produce short of minInSync is refused"
         assert refused["code"] == ErrorCode.NOT_ENOUGH_REPLICAS, refused
 
         reply = (consumer, {"t": FrameType.ACK, "c": 7})
         assert host.ack(link, int(delivered["o"]), nack=True, attempt=1, requeue=False, reply=reply)
-        await _until(lambda: consumer.of_type(FrameType.OK), "the rejection's answer")
+        await until(lambda: consumer.of_type(FrameType.OK), "the rejection's answer")
 
         reader = ConsumerLink(dmq_reader, "c2", window=10, window_bytes=1 << 20)
         host.attach(reader, DMQ_DESTINATION, "exact", None)
