@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import signal
 import subprocess
+import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -179,6 +180,36 @@ def stall_controller(cluster: LocalCluster, seconds: float) -> None:
     controller = cluster.controller
     assert controller is not None
     controller.call(lambda: time.sleep(seconds))
+
+
+class FencedPrimary:
+    """A primary fenced while nobody fails it over: the controller stalls (``stall_controller``) for
+    ``stall_s`` in a thread, and ``__aenter__`` returns once the primary's own ``/admin`` says its
+    lease lapsed. The checker reads the partition's segment files on the primary's disk
+    (``log_bytes``) while ``fenced()`` still holds; leaving waits for the stall to end."""
+
+    def __init__(self, cluster: LocalCluster, primary: str, partition: str, stall_s: float) -> None:
+        self.cluster, self.primary, self.stall_s = cluster, primary, stall_s
+        self.segments = cluster.dir / primary / partition
+        self._stall = threading.Thread(target=stall_controller, args=(cluster, stall_s))
+
+    def fenced(self) -> bool:
+        return not self.cluster.mm_stats(self.primary)["lease_valid"]
+
+    def log_bytes(self) -> int:
+        return sum(p.stat().st_size for p in self.segments.glob("*.log"))
+
+    async def __aenter__(self) -> FencedPrimary:
+        self._stall.start()
+        try:
+            await asyncio.to_thread(self.cluster.wait_until, self.fenced, self.stall_s, "the lease to lapse")
+        except BaseException:
+            await asyncio.to_thread(self._stall.join)
+            raise
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await asyncio.to_thread(self._stall.join)
 
 
 def end_process(proc: subprocess.Popen[bytes], within: float = 60) -> None:

@@ -12,20 +12,15 @@ rejected message reaches ``queue:_DMQ`` (nothing is lost), the others the queue'
 from __future__ import annotations
 
 import asyncio
-import threading
 from pathlib import Path
 
-from failover_workload import stall_controller
+from failover_workload import FencedPrimary
 
 from hybridmq.client import ClientError, Consumer, Message, Producer
 from hybridmq.local.runner import LocalCluster
 
 QUEUE = "queue:fenced"
 STALL_S = 5.0  # the 1 s lease lapses about 1 s in: ~4 s fenced
-
-
-def _segment_bytes(partition_dir: Path) -> int:
-    return sum(p.stat().st_size for p in partition_dir.glob("*.log"))
 
 
 async def _receive(consumer: Consumer) -> Message:
@@ -56,7 +51,6 @@ async def test_fenced_primary_never_grows_its_log(tmp_path: Path) -> None:
         await asyncio.to_thread(cluster.wait_in_sync)
         fixed = cluster.table()["local-fixed-0"]
         primary = str(fixed.primary)
-        segments = tmp_path / primary / fixed.name
         async with await Producer.connect(
             cluster.bootstrap, partition_type="fixed", partition=fixed.name
         ) as producer:
@@ -70,24 +64,13 @@ async def test_fenced_primary_never_grows_its_log(tmp_path: Path) -> None:
             rejected = await _receive(consumer)  # held until the lease has lapsed
             assert rejected.value == b"m3"
 
-            stall = threading.Thread(target=stall_controller, args=(cluster, STALL_S))
-            stall.start()
-            try:
-
-                def lease_valid() -> bool:
-                    return bool(cluster.mm_stats(primary)["lease_valid"])
-
-                await asyncio.to_thread(
-                    cluster.wait_until, lambda: not lease_valid(), STALL_S, "the lease to lapse"
-                )
-                before = _segment_bytes(segments)
+            async with FencedPrimary(cluster, primary, fixed.name, STALL_S) as fence:
+                before = fence.log_bytes()
                 answer = consumer.nack(rejected, requeue=False)
                 assert answer is not None
                 await asyncio.sleep(1.5)  # five retention rounds
-                during = _segment_bytes(segments)
-                still_fenced = not lease_valid()
-            finally:
-                await asyncio.to_thread(stall.join)
+                during = fence.log_bytes()
+                still_fenced = fence.fenced()
             assert still_fenced, "the lease came back before the log was measured: no test"
             assert during == before, f"the fenced primary wrote {during - before} bytes to its log"
 

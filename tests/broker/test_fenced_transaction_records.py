@@ -13,12 +13,11 @@ commit said it committed, nothing if it said it failed.
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from failover_workload import stall_controller, until
+from failover_workload import FencedPrimary, until
 
 from hybridmq.client import ClientError, Consumer, Session
 from hybridmq.local.runner import LocalCluster
@@ -39,36 +38,25 @@ def paused(tmp_path: Path) -> Iterator[tuple[LocalCluster, Path]]:
             yield cluster, pause_file
 
 
-def _segment_bytes(partition_dir: Path) -> int:
-    return sum(p.stat().st_size for p in partition_dir.glob("*.log"))
-
-
 async def test_fenced_primary_records_no_transaction(paused: tuple[LocalCluster, Path]) -> None:
     cluster, pause_file = paused
     fixed = cluster.table()["local-fixed-0"]
     primary = str(fixed.primary)
-    segments = cluster.dir / primary / fixed.name
 
     session = await Session.connect(cluster.bootstrap, transacted=True)
     await session.send(QUEUE, b"tx-1", partition=fixed.name)
     commit = asyncio.create_task(session.commit())
     await until(pause_file.exists, 30, "the prepare to pause")
 
-    def lease_valid() -> bool:
-        return bool(cluster.mm_stats(primary)["lease_valid"])
-
-    stall = threading.Thread(target=stall_controller, args=(cluster, STALL_S))
-    stall.start()
     try:
-        await asyncio.to_thread(cluster.wait_until, lambda: not lease_valid(), STALL_S, "the lease to lapse")
-        before = _segment_bytes(segments)
-        pause_file.unlink()  # the prepare goes on, fenced
-        await asyncio.sleep(1.5)
-        during = _segment_bytes(segments)
-        still_fenced = not lease_valid()
+        async with FencedPrimary(cluster, primary, fixed.name, STALL_S) as fence:
+            before = fence.log_bytes()
+            pause_file.unlink()  # the prepare goes on, fenced
+            await asyncio.sleep(1.5)
+            during = fence.log_bytes()
+            still_fenced = fence.fenced()
     finally:
         pause_file.unlink(missing_ok=True)
-        await asyncio.to_thread(stall.join)
     assert still_fenced, "the lease came back before the log was measured: no test"
     assert during == before, f"the fenced primary wrote {during - before} bytes of a transaction"
 
