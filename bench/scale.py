@@ -376,7 +376,12 @@ def local_failover(args: argparse.Namespace, directory: Path) -> dict[str, Any]:
     me = psutil.Process()
     t_create = time.monotonic()
     cluster = _PatientBrokers(
-        directory / "cluster", mms=args.mms, replicas=2, spec=spec, lease_s=args.local_lease
+        directory / "cluster",
+        mms=args.mms,
+        replicas=2,
+        spec=spec,
+        lease_s=args.local_lease,
+        log_level=args.log_level,
     )
     with cluster:
         placed_s = time.monotonic() - t_create
@@ -405,6 +410,7 @@ def local_failover(args: argparse.Namespace, directory: Path) -> dict[str, Any]:
             cpu0 = sum(me.cpu_times()[:2])
             t0 = time.monotonic()
             cluster.kill_mm(victim, signal.SIGKILL)
+            print(f"kill -9 {victim} ({len(victims)} primaries) at {time.strftime('%H:%M:%S')}", flush=True)
             t1 = None
             while time.monotonic() - t0 < 120:
                 now = cluster.table()
@@ -507,11 +513,21 @@ def main() -> int:
         "--local", action="store_true", help="hybridmq local and its controller, no Kubernetes"
     )
     parser.add_argument("--local-lease", type=float, default=1.0, help="--local: heartbeat lease seconds")
+    parser.add_argument(
+        "--logs",
+        type=Path,
+        help="--local: keep the brokers' logs (and data) in this directory, which must not exist",
+    )
+    parser.add_argument("--log-level", default="WARNING", help="--local: the brokers' log level")
     args = parser.parse_args()
     if args.local:
         load_before = _results.load_average()
-        with tempfile.TemporaryDirectory(prefix="hmq-scale-local-") as tmp:
-            record = local_failover(args, Path(tmp))
+        if args.logs is not None:
+            args.logs.mkdir(parents=True)
+            record = local_failover(args, args.logs)
+        else:
+            with tempfile.TemporaryDirectory(prefix="hmq-scale-local-") as tmp:
+                record = local_failover(args, Path(tmp))
         _results.append(NAME, record, {k: record[k] for k in FAILOVER_SUMMARY}, load_before)
         return 0
 
