@@ -1,0 +1,36 @@
+"""What unit tests of a partition host need around it: the connection a CM would hold to it, and a
+poll for what the host reaches through its own tasks."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from hybridmq.api.frames import FrameType
+
+
+class Wire:
+    """What a CM connection would carry to a client: every frame the host sends, in order."""
+
+    def __init__(self) -> None:
+        self.closed = False
+        self.frames: list[dict[str, Any]] = []
+
+    def send_nowait(self, frame: dict[str, Any]) -> None:
+        self.frames.append(frame)
+
+    def of_type(self, kind: FrameType) -> list[dict[str, Any]]:
+        return [f for f in self.frames if f.get("t") == kind]
+
+    def deliveries(self) -> list[dict[str, Any]]:
+        return self.of_type(FrameType.DELIVER)
+
+
+async def until(predicate: Callable[[], object], what: str, timeout_s: float = 5.0) -> None:
+    """Poll ``predicate`` every 10 ms; fail with ``what`` after ``timeout_s``."""
+    for _ in range(int(timeout_s / 0.01)):
+        if predicate():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"timed out waiting for {what}")
