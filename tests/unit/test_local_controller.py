@@ -218,3 +218,54 @@ def test_moving_offsets_alone_wait_for_the_full_plan(monkeypatch: Any) -> None:
     assert c.live == frozenset(MMS)
     assert len(plans) == 2, "an in-sync change must be planned at once"
     assert {x.name: x for x in c.assignments}[a.name].in_sync == (a.primary,)
+
+
+def test_heartbeats_are_answered_while_a_plan_runs(monkeypatch: Any) -> None:
+    """The controller renews leases as the Kubernetes API server does, whatever the planning is
+    doing. A plan of thousands of partitions takes a good part of a second on a busy machine: a
+    heartbeat held up meanwhile let the MMs' leases lapse in the middle of a failover."""
+    import json
+    import threading
+    import urllib.request
+
+    import hybridmq.local.controller as controller_module
+
+    plan_assignments = controller_module.plan_assignments
+    planning = threading.Event()
+
+    def slow_plan(*args: Any, **kwargs: Any) -> Any:
+        planning.set()
+        time.sleep(1.5)  # as long as 1,000 partitions under load, and then some
+        return plan_assignments(*args, **kwargs)
+
+    c = _controller()
+    c.start()
+    try:
+        monkeypatch.setattr(controller_module, "plan_assignments", slow_plan)
+        secret = "a-test-cluster-secret"
+
+        def beat(name: str) -> float:
+            body = json.dumps({"name": name, "incarnation": "a", "report": None}).encode()
+            req = urllib.request.Request(
+                c.url + "/heartbeat",
+                data=body,
+                method="POST",
+                headers={"Authorization": f"Bearer {secret}", "Content-Type": "application/json"},
+            )
+            started = time.monotonic()
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                assert resp.status == 200
+            return time.monotonic() - started
+
+        for m in MMS:
+            beat(m)
+        c.call(lambda: c.last_seen.update({"mm-2": time.monotonic() - 5}))  # lost: a failover plan
+        assert planning.wait(5), "no plan started"
+        answered = [beat("mm-0") for _ in range(3)]
+        assert max(answered) < 0.5, f"heartbeats waited for the plan: {answered}"
+        deadline = time.monotonic() + 10
+        while any(a.primary == "mm-2" for a in c.call(lambda: c.assignments)):
+            assert time.monotonic() < deadline, "the lost MM still leads: the plan never finished"
+            time.sleep(0.05)
+    finally:
+        c.stop()

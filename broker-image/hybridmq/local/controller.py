@@ -34,6 +34,7 @@ import logging
 import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -43,7 +44,7 @@ from hybridmq.api.assignment import BrokerEntry, PartitionAssignment, PartitionS
 from hybridmq.api.lease_report import MMReport
 from hybridmq.api.resources import BrokerClusterSpec
 from hybridmq.broker.auth import cluster_secret
-from hybridmq.planner import ReplicaReport, decision_shape, plan_assignments
+from hybridmq.planner import LocalPlan, ReplicaReport, decision_shape, plan_assignments
 
 LOG = logging.getLogger(__name__)
 
@@ -109,6 +110,23 @@ def cluster_spec(
     )
 
 
+@dataclass(frozen=True)
+class PlanInputs:
+    """One plan's inputs, taken on the controller's loop; ``run`` may go to a worker thread."""
+
+    assignments: tuple[PartitionAssignment, ...]
+    live: frozenset[str]
+    spec: BrokerClusterSpec
+    live_reports: dict[str, MMReport]
+    reports: dict[str, ReplicaReport]
+    stopping: frozenset[str]
+
+    def run(self) -> LocalPlan:
+        return plan_assignments(
+            self.assignments, self.live, spec=self.spec, reports=self.reports, stopping=self.stopping
+        )
+
+
 class LocalController:
     def __init__(
         self,
@@ -150,6 +168,8 @@ class LocalController:
         self._dirty = False  # reports changed since the last plan
         self._news = False  # reports changed since the last look at their decision shapes
         self._shapes_changed = False
+        self._urgent_pending = False  # urgent news that came while a plan ran
+        self._planning = False
         self._planned_shapes: tuple[Any, dict[str, Any]] = ((), {})
         self._last_plan = 0.0
         self._last_plan_at = datetime.now(UTC)  # wall clock: retention is kept in wall time
@@ -223,10 +243,20 @@ class LocalController:
 
     # -- liveness and planning ---------------------------------------------------------------------
     async def _ticker(self) -> None:
+        """Plans in a worker thread: a plan of 1,000 partitions takes a tenth of a second or more,
+        and heartbeats held up that long let the MMs' leases lapse in the middle of a failover
+        (the Kubernetes API server renews Leases whatever the operator is doing; here one process
+        does both)."""
         while True:
             await asyncio.sleep(0.05)
             try:
-                self.tick()
+                if self._plan_due(time.monotonic()):
+                    inputs = self._begin_plan(time.monotonic())
+                    try:
+                        result = await asyncio.to_thread(inputs.run)
+                    finally:
+                        self._planning = False
+                    self._finish_plan(inputs, result)
             except Exception:
                 LOG.exception("controller tick failed")
 
@@ -239,7 +269,14 @@ class LocalController:
         return now - seen <= self.lease_s
 
     def tick(self) -> None:
+        """Decide and, if due, plan in the caller's thread (tests; a restarted MM's heartbeat)."""
         now = time.monotonic()
+        if self._plan_due(now):
+            self.replan(now)
+
+    def _plan_due(self, now: float) -> bool:
+        """Take in liveness and reports; whether a plan is due (never while one is running: what
+        came meanwhile is kept for the next)."""
         self._forgive_own_stall(now)
         live = frozenset(m for m in self.mm_names if self._alive(m, now))
         urgent = live != self.live or self._urgent()
@@ -251,30 +288,36 @@ class LocalController:
         self.live = live
         if self._news:
             self._news = False
-            holdings, shapes = self._decision_shapes()
+            holdings, shapes = self._decision_shapes(self._live_reports(), self.assignments)
             planned_holdings, planned = self._planned_shapes
             changed = {n for n in shapes.keys() | planned.keys() if shapes.get(n) != planned.get(n)}
             if changed or holdings != planned_holdings:
                 self._shapes_changed = True
                 urgent = urgent or self._report_urgent(changed)
+        self._urgent_pending = self._urgent_pending or urgent
+        if self._planning:
+            return False
         since = now - self._last_plan
-        if (
-            urgent
+        return (
+            self._urgent_pending
             or (self._shapes_changed and since >= PLAN_EVERY_S)
             or (self._dirty and since >= FULL_PLAN_EVERY_S)
-        ):
-            self.replan(now)
-        self.restarted.clear()
+        )
+
+    def _live_reports(self) -> dict[str, MMReport]:
+        return {m: r for m, r in self.reports.items() if m in self.live}
 
     def _stopping(self) -> frozenset[str]:
         """Live MMs whose report asks for a graceful handoff (they got SIGTERM)."""
         return frozenset(m for m, r in self.reports.items() if r.stopping and m in self.live)
 
-    def _decision_shapes(self) -> tuple[Any, dict[str, Any]]:
+    @staticmethod
+    def _decision_shapes(
+        live_reports: Mapping[str, MMReport], assignments: Sequence[PartitionAssignment]
+    ) -> tuple[Any, dict[str, Any]]:
         """What of the live MMs' reports the planner decides on (``decision_shape`` per partition,
         which partitions each MM holds); offsets and figures left out."""
-        live_reports = {m: r for m, r in self.reports.items() if m in self.live}
-        per_partition = replica_reports(self.assignments, live_reports)
+        per_partition = replica_reports(assignments, live_reports)
         return (
             tuple(sorted((m, frozenset(r.partitions)) for m, r in live_reports.items())),
             {name: decision_shape(r) for name, r in per_partition.items()},
@@ -330,18 +373,32 @@ class LocalController:
                 self.last_seen[name] = min(now, seen + stalled)
 
     def replan(self, now: float | None = None) -> None:
-        self._last_plan = now if now is not None else time.monotonic()
+        inputs = self._begin_plan(now if now is not None else time.monotonic())
+        try:
+            result = inputs.run()
+        finally:
+            self._planning = False
+        self._finish_plan(inputs, result)
+
+    def _begin_plan(self, now: float) -> PlanInputs:
+        """Take the inputs of a plan; news that arrives while it runs waits for the next one."""
+        self._planning = True
+        self._last_plan = now
         self._last_plan_at = datetime.now(UTC)
-        self._dirty = self._shapes_changed = False
-        live_reports = {m: r for m, r in self.reports.items() if m in self.live}
+        self._dirty = self._shapes_changed = self._urgent_pending = False
+        self.restarted.clear()  # taken into the live set already
+        live_reports = self._live_reports()
         self._planned_stopping = self._stopping()
-        result = plan_assignments(
-            self.assignments,
-            self.live,
+        return PlanInputs(
+            assignments=self.assignments,
+            live=self.live,
             spec=self.spec,
+            live_reports=live_reports,
             reports=replica_reports(self.assignments, live_reports),
             stopping=self._planned_stopping,
         )
+
+    def _finish_plan(self, inputs: PlanInputs, result: LocalPlan) -> None:
         for change in result.plan.changes:
             for ev in getattr(change, "events", ()) or ():
                 self._event(ev.reason, ev.message)
@@ -358,7 +415,8 @@ class LocalController:
             if self._changed is not None:
                 self._changed.set()
                 self._changed = asyncio.Event()
-        self._planned_shapes = self._decision_shapes()  # against the table just planned
+        # The reports the plan saw against the table it made: a report that came meanwhile is news.
+        self._planned_shapes = self._decision_shapes(inputs.live_reports, self.assignments)
 
     def _event(self, reason: str, message: str) -> None:
         LOG.info("%s: %s", reason, message)
