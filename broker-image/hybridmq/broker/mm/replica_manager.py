@@ -199,9 +199,7 @@ class ReplicaManager:
 
     async def reconcile(self) -> None:
         table = self.mm.source.partitions()
-        # Promotions first: after a failover their producers wait for them, while the replacement
-        # backups the same table names (new logs, fetchers to start) wait for nobody.
-        for name, a in sorted(table.items(), key=lambda item: (item[1].primary != self.me, item[0])):
+        for name, a in sorted(table.items(), key=lambda item: (not self._promoted(*item), item[0])):
             self.step = f"{name}: {a.primary}@{a.epoch}"
             if a.primary == self.me:
                 await self._be_primary(a)
@@ -209,11 +207,24 @@ class ReplicaManager:
                 await self._be_backup(a)
             elif name in self.replicas:
                 await self._be_none(name, delete=False)
+            # Opening a new backup awaits nothing: without a turn for the other tasks, a round of
+            # hundreds of them (the replacements after a failover) held the loop for seconds, and
+            # this MM's heartbeats with it - its lease lapsed in the middle of its promotions.
+            await asyncio.sleep(0)
         for name in [n for n in self.replicas if n not in table]:
             self.step = f"{name}: removed"
             await self._be_none(name, delete=True)
+            await asyncio.sleep(0)
         self.step = "idle"
         self.mm.wake()
+
+    def _promoted(self, name: str, a: PartitionAssignment) -> bool:
+        """A backup copy here that the table made primary. A round applies these first: after a
+        failover their producers wait for them, while the replacement backups the same table names
+        (new logs, fetchers to start) wait for nobody. Start-up keeps the table's order: opening
+        every primary first there let the MMs' leases lapse while they opened 1,000 partitions."""
+        r = self.replicas.get(name)
+        return a.primary == self.me and r is not None and r.role == Role.BACKUP
 
     def _address_of(self, peer: str) -> str | None:
         entry = self.mm.source.brokers().get(peer)
