@@ -6,9 +6,12 @@ acknowledgement. A CM that handled every frame already buffered on a connection 
 another kept alice waiting for whole bursts: on the loaded 2-core machine her p99 went from 31 ms
 quiet to 913 ms (3.8 s at worst), and once to a single send in 16 s; with a turn per 32 frames,
 233-238 ms against 39-63 ms quiet (the flooder still takes most of the CM's CPU). What a
-user checks: alice's p99 during the flood stays within a bound of her quiet p99 measured in the same
-run (the worse of the windows before and after, as the machine's load drifts), and the flooder got
-its PONGs (it was served too, not cut off).
+user checks: alice does not wait for a whole burst, and the flooder got its PONGs (it was served
+too, not cut off). Both yardsticks come from the same run: alice's p99 during the flood may exceed
+a bound of her quiet p99 (the worse of the windows before and after, as the machine's load drifts)
+only while it stays under a share of the time the CM takes to serve one burst (from the flooder's
+PONG rate). The second is needed on a fast machine: a quiet p99 of 0.6 ms made 9.3 ms flooded
+(15x, a few dozen frames ahead of her) fail the ratio alone, while one burst took hundreds of ms.
 """
 
 from __future__ import annotations
@@ -26,8 +29,10 @@ FLOOD = Path(__file__).with_name("pipeline_flood.py")
 WINDOW_S = 3.0
 # The flooder keeps the CM's CPU busy, so alice's requests wait for their turn: a few times her quiet
 # p99 is expected (up to 6x measured under load); a whole burst (tens of thousands of frames) ahead
-# of her is not (28x and more).
+# of her is not (28x and more, and about one burst's service time).
 BOUND = 12.0
+BURST_SHARE = 0.25
+BURST = 20_000  # PINGs per burst, as pipeline_flood.py writes them
 
 
 def p99(samples: list[float]) -> float:
@@ -62,9 +67,14 @@ async def test_a_pipelining_client_does_not_hold_the_cm(tmp_path: Path) -> None:
         await producer.close()
     counts = json.loads(out.decode().strip().splitlines()[-1])
     quiet, flood = max(p99(before), p99(after)), p99(during)
+    assert counts["pongs"] > 0, counts
+    burst_s = BURST / counts["pongs_per_s"]
     print(
         f"alice p99 ms: before={p99(before) * 1e3:.1f} during={flood * 1e3:.1f} after={p99(after) * 1e3:.1f} "
-        f"(max during {max(during) * 1e3:.1f}, {len(during)} sends); flooder {counts}"
+        f"(max during {max(during) * 1e3:.1f}, {len(during)} sends); one burst {burst_s * 1e3:.0f} ms; "
+        f"flooder {counts}"
     )
-    assert counts["pongs"] > 0, counts
-    assert flood <= BOUND * quiet, f"alice's p99 {flood * 1e3:.1f} ms flooded, {quiet * 1e3:.1f} ms quiet"
+    assert flood <= max(BOUND * quiet, BURST_SHARE * burst_s), (
+        f"alice's p99 {flood * 1e3:.1f} ms flooded, {quiet * 1e3:.1f} ms quiet, "
+        f"one burst {burst_s * 1e3:.0f} ms"
+    )
