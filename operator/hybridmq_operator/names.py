@@ -19,6 +19,15 @@ USER_PLURAL: Final = "brokerusers"
 
 MANAGER: Final = "hybridmq-operator"
 
+# Kopf's own bookkeeping annotations (handler progress, last handled configuration) go under a
+# prefix of their own: Kopf leaves every annotation under its storage prefix out of what it diffs,
+# so under ``hybridmq.io/`` a user's restart request (``hybridmq.io/restartedAt``) was no change at
+# all and waited for the minute's resync.
+KOPF_STORAGE_PREFIX: Final = f"operator.{GROUP}"
+# What earlier versions stored under ``hybridmq.io/``: removed from a BrokerCluster when it is next
+# handled (the marker alone would keep hiding every ``hybridmq.io/`` annotation from the diff).
+LEGACY_KOPF_ANNOTATIONS: Final = (f"{GROUP}/kopf-managed", f"{GROUP}/last-handled-configuration")
+
 # Labels on every child object.
 LABEL_NAME: Final = "app.kubernetes.io/name"
 LABEL_INSTANCE: Final = "app.kubernetes.io/instance"

@@ -58,6 +58,9 @@ MMS, CMS, FIXED = 3, 2, 3
 DEST = "queue:roll"
 ROLL_TIMEOUT_S = 420  # three MMs moved off and restarted, two CMs, on 2 shared cores
 RESTART = "hybridmq.io/restartedAt"
+# The operator handles a change of the BrokerCluster's annotations as it comes (its resync is once a
+# minute, after 30 s without a change: a request it did not see would wait for that).
+REQUEST_S = 15
 MARK = "hybridmq.io/roll"
 
 
@@ -155,6 +158,15 @@ def request_restart(kube: Kube) -> str:
     stamp = f"{time.time():.3f}"
     kube.patch_cluster(CLUSTER, {"metadata": {"annotations": {RESTART: stamp}}})
     return stamp
+
+
+def templates_stamped(kube: Kube, stamp: str) -> bool:
+    """Both StatefulSets' pod templates carry the restart request ``stamp`` (read by the test)."""
+    for role in ("mm", "cm"):
+        sts = kube.apps.read_namespaced_stateful_set(f"{CLUSTER}-{role}", kube.namespace)
+        if (sts.spec.template.metadata.annotations or {}).get(RESTART) != stamp:
+            return False
+    return True
 
 
 def uids_now(kube: Kube) -> dict[str, str]:
@@ -260,7 +272,9 @@ async def _roll_under_load(
         before = uids_now(kube)
         pods.reset()
         started = time.monotonic()
-        request_restart(kube)
+        stamp = request_restart(kube)
+        # Acted on at once: both pod templates carry the request well before the minute's resync.
+        await asyncio.to_thread(wait_for, lambda: templates_stamped(kube, stamp), REQUEST_S, "restart seen")
         await asyncio.to_thread(wait_for, lambda: rolling(kube).get("status") == "True", 180, "Rolling=True")
         if mid_roll is not None:
             await asyncio.to_thread(

@@ -81,11 +81,20 @@ def ensure_cluster_secret(settings: ClusterSettings) -> None:
 @kopf.on.create(names.GROUP, names.VERSION, names.CLUSTER_PLURAL)
 @kopf.on.update(names.GROUP, names.VERSION, names.CLUSTER_PLURAL, field="spec")
 @kopf.on.update(names.GROUP, names.VERSION, names.CLUSTER_PLURAL, field="metadata.annotations")
-def reconcile_children(*, body: kopf.Body, logger: Logger, **_: Any) -> None:
+def reconcile_children(*, body: kopf.Body, patch: kopf.Patch, logger: Logger, **_: Any) -> None:
+    forget_legacy_bookkeeping(body, patch)
     apply_children(body, logger)
 
 
 @kopf.timer(names.GROUP, names.VERSION, names.CLUSTER_PLURAL, interval=60, initial_delay=60, idle=30)
-def resync_children(*, body: kopf.Body, logger: Logger, **_: Any) -> None:
+def resync_children(*, body: kopf.Body, patch: kopf.Patch, logger: Logger, **_: Any) -> None:
     """Level-based safety net: re-apply the children (drift, a deleted child) every minute."""
+    forget_legacy_bookkeeping(body, patch)
     apply_children(body, logger)
+
+
+def forget_legacy_bookkeeping(body: kopf.Body, patch: kopf.Patch) -> None:
+    """Remove Kopf's annotations of earlier versions (under ``hybridmq.io/``), see the names."""
+    for key in names.LEGACY_KOPF_ANNOTATIONS:
+        if key in body.metadata.annotations:
+            patch.metadata.annotations[key] = None

@@ -12,10 +12,11 @@ from hybridmq_operator import names, peering
 
 @kopf.on.startup()
 def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
-    # Kopf's own bookkeeping goes to annotations of our group, never into our status schemas.
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=names.GROUP)
+    # Kopf's own bookkeeping goes to annotations under a prefix of its own (see the name), never
+    # into our status schemas.
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=names.KOPF_STORAGE_PREFIX)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix=names.GROUP, key="last-handled-configuration"
+        prefix=names.KOPF_STORAGE_PREFIX, key="last-handled-configuration"
     )
     settings.persistence.finalizer = names.OPERATOR_FINALIZER
     settings.posting.reporting_component = names.MANAGER
