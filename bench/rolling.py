@@ -28,7 +28,11 @@ unconsumed=… failovers_while_reading=… dmq=…``.
 ``--operator``: the roll done by the operator on the local Kubernetes cluster, triggered by the
 restart annotation (``rolling_operator.py``); same figures, no kill phase.
 
-    .venv/bin/python bench/rolling.py [--partitions 3] [--rate 100] [--before 3] [--operator]
+``--kind``: the same roll on a kind cluster, images built from our Dockerfiles, the chart installed,
+the producers in a Job on the cluster (``rolling_kind.py``: the kind demo with ``FAILURE=roll``);
+``max_stall_ms`` is the MMs' part of the roll, ``max_stall_ms_cms`` the CMs' part.
+
+    .venv/bin/python bench/rolling.py [--partitions 3] [--rate 100] [--before 3] [--operator | --kind]
 """
 
 from __future__ import annotations
@@ -298,10 +302,19 @@ def main() -> None:
         action="store_true",
         help="the roll done by the operator on the local Kubernetes cluster (restart annotation)",
     )
+    parser.add_argument(
+        "--kind",
+        action="store_true",
+        help="the roll done by the operator on a kind cluster (hack/kind-demo.sh FAILURE=roll)",
+    )
     args = parser.parse_args()
     install_uvloop()
     load_before = _results.load_average()
-    if args.operator:
+    if args.kind:
+        from rolling_kind import run_kind
+
+        result = run_kind(args)
+    elif args.operator:
         from rolling_operator import run_operator
 
         result = run_operator(args)
@@ -314,6 +327,7 @@ def main() -> None:
         "p99_ms_during",
         "p99_ms_before",
         "max_stall_ms_kill",
+        "max_stall_ms_cms",
         "unconsumed",
         "failovers_while_reading",
         "dmq",

@@ -23,7 +23,10 @@
 #   FAILURE=pod               what fails: pod (delete the primary MM's pod) or node (`docker stop` the
 #                             worker holding the most primaries once the cluster is settled, ties: the
 #                             leading operator's; the producers run on the control-plane node; the
-#                             worker is started again at the end; see hack/kind/node_loss.py)
+#                             worker is started again at the end; see hack/kind/node_loss.py) or
+#                             roll (no failure: a planned restart of every MM, then every CM, one at
+#                             a time by the operator, through the restart annotation; the producers
+#                             run until it is done; see hack/kind/roll.py)
 #   LEASE_SECONDS=1           the MMs' lease (failureDetection.leaseDurationSeconds): a lost MM is
 #                             noticed after it; on a machine loaded far beyond its cores a longer
 #                             one keeps starved MMs from losing it (and failing over) again and again
@@ -35,8 +38,10 @@
 # primary at a new epoch) and producers_resumed_s (pod deleted -> the partition's reported log end
 # grows again). FAILURE=node: status_updated_s (node stopped -> every partition whose primary was
 # there names a new primary at a new epoch) and producers_resumed_s (node stopped -> every producer
-# acknowledged again, from the acknowledgement times the producers log). The exit status is 0 only
-# on PASS.
+# acknowledged again, from the acknowledgement times the producers log). FAILURE=roll: the sends'
+# waits (from the producers' logs) in the MMs' part of the roll (max_stall_ms, p99_ms_during),
+# before it (p99_ms_before) and in the CMs' part (max_stall_ms_cms, p99_ms_cms), and roll_s. The exit
+# status is 0 only on PASS.
 set -euo pipefail
 
 CLUSTER_NAME="${CLUSTER_NAME:-hybridmq}"
@@ -70,8 +75,8 @@ export KIND_CLUSTER="${CLUSTER_NAME}"
 workdir="$(mktemp -d "${TMPDIR:-/tmp}/hybridmq-demo.XXXXXX")"
 background_pids=()
 stopped_node=""
-[[ "${FAILURE}" == pod || "${FAILURE}" == node ]] || {
-  echo "kind-demo: FAILURE must be pod or node, not '${FAILURE}'" >&2
+[[ "${FAILURE}" == pod || "${FAILURE}" == node || "${FAILURE}" == roll ]] || {
+  echo "kind-demo: FAILURE must be pod, node or roll, not '${FAILURE}'" >&2
   exit 2
 }
 
@@ -204,6 +209,11 @@ step "load: a fixed and an on-demand producer, ${MESSAGES} messages each at abou
 # acknowledgement's time. A queue keeps its records until they are consumed, so the audit reads
 # every one of them (a topic without subscribers keeps none, and its audit would check nothing).
 pause="$(awk -v rate="${RATE}" 'BEGIN { printf "%.3f", 50 / rate }')"
+# FAILURE=roll: the producers run until the roll is done (the demo then creates STOP_FILE in their
+# shared /tmp), however long it takes.
+load_messages="${MESSAGES}"
+[[ "${FAILURE}" != roll ]] || load_messages=100000000
+STOP_FILE=/tmp/stop
 k -n "${NAMESPACE}" delete job "${LOAD_JOB}" --ignore-not-found --wait
 k -n "${NAMESPACE}" create configmap "${LOAD_JOB}" --from-file=load.py=hack/kind/load.py \
   --dry-run=client -o yaml | k apply -f -
@@ -218,8 +228,9 @@ for type in fixed on-demand; do
           env:
             - {name: HYBRIDMQ_BOOTSTRAP, value: "${BOOTSTRAP}"}
             - {name: HYBRIDMQ_TLS_CA, value: /ca/ca.crt}
-            - {name: MESSAGES, value: "${MESSAGES}"}
+            - {name: MESSAGES, value: "${load_messages}"}
             - {name: PAUSE, value: "${pause}"}
+            - {name: STOP_FILE, value: "${STOP_FILE}"}
           volumeMounts:
             - {name: tmp, mountPath: /tmp}
             - {name: load, mountPath: /load, readOnly: true}
@@ -234,6 +245,12 @@ done
 # With FAILURE=node the producers run on the control-plane node: any worker may then be stopped,
 # and the producers (the clients, outside the failure) must all be acknowledged again.
 placement=""
+if [[ "${FAILURE}" != pod ]]; then
+  # A roll starts from a settled cluster as well: no balancing move in flight.
+  info "waiting until the cluster is settled (replicas in sync, primaries balanced)"
+  python3 hack/kind/node_loss.py settle --context "${context}" --namespace "${NAMESPACE}" \
+    --cluster "${BROKER_CLUSTER}" || die "the cluster did not settle"
+fi
 if [[ "${FAILURE}" == node ]]; then
   placement="$(
     cat <<'PLACEMENT'
@@ -242,9 +259,6 @@ if [[ "${FAILURE}" == node ]]; then
         - {key: node-role.kubernetes.io/control-plane, operator: Exists, effect: NoSchedule}
 PLACEMENT
   )"
-  info "FAILURE=node: waiting until the cluster is settled (replicas in sync, primaries balanced)"
-  python3 hack/kind/node_loss.py settle --context "${context}" --namespace "${NAMESPACE}" \
-    --cluster "${BROKER_CLUSTER}" || die "the cluster did not settle"
 fi
 k apply -f - <<YAML
 apiVersion: batch/v1
@@ -297,7 +311,20 @@ watch_hpart() {
 }
 value_of() { grep -o "$1=[^ ]*" "$2" | tail -n 1 | cut -d= -f2; }
 producers_resumed_s=none
-if [[ "${FAILURE}" == node ]]; then
+if [[ "${FAILURE}" == roll ]]; then
+  k -n "${NAMESPACE}" get pods -o wide
+  step "roll every broker pod of ${BROKER_CLUSTER} through the operator (annotation hybridmq.io/restartedAt)"
+  info "each MM: its primaries handed over (epoch + 1), its replicas moved off, its pod deleted, the new"
+  info "pod Ready and every partition in sync, then the next; then the CMs, one at a time"
+  watch_hpart
+  python3 hack/kind/roll.py run --context "${context}" --namespace "${NAMESPACE}" \
+    --cluster "${BROKER_CLUSTER}" | tee "${workdir}/roll.log" || die "the roll: $(tail -n 3 "${workdir}/roll.log")"
+  kill "${watch_pid}" 2>/dev/null || true
+  k -n "${NAMESPACE}" describe hbc "${BROKER_CLUSTER}" | sed -n "/^Status:/,/^Events:/p"
+  load_pod="$(k -n "${NAMESPACE}" get pods -l "job-name=${LOAD_JOB}" -o jsonpath='{.items[0].metadata.name}')"
+  k -n "${NAMESPACE}" exec "${load_pod}" -c fixed -- python -c "open('${STOP_FILE}', 'w').close()"
+  info "roll done; the producers stop"
+elif [[ "${FAILURE}" == node ]]; then
   # The worker holding the most fixed primaries once the cluster is settled (no balancing move in
   # flight), ties: the one running the leading operator (hack/kind/node_loss.py); the demo waits
   # until every partition whose primary was there has a new one.
@@ -361,9 +388,11 @@ else
   info "failover: ${partition} primary ${primary} -> ${new_primary}, epoch ${epoch} -> ${new_epoch}," \
     "seen ${status_updated_s} s after the pod deletion"
 fi
-info "watching for ${WATCH_SECONDS} s more (the replacement backup, the on-demand drain and its garbage collection)"
-sleep "${WATCH_SECONDS}"
-kill "${watch_pid}" 2>/dev/null || true
+if [[ "${FAILURE}" != roll ]]; then
+  info "watching for ${WATCH_SECONDS} s more (the replacement backup, the on-demand drain and its garbage collection)"
+  sleep "${WATCH_SECONDS}"
+  kill "${watch_pid}" 2>/dev/null || true
+fi
 
 k -n "${NAMESPACE}" get hpart -o wide
 k -n "${NAMESPACE}" get events --field-selector involvedObject.kind=Partition --sort-by=.lastTimestamp |
@@ -384,14 +413,28 @@ if [[ "${job_state}" != Complete ]]; then
   die "the load job did not complete (${job_state:-still running after 15 min})"
 fi
 k -n "${NAMESPACE}" logs "job/${LOAD_JOB}" --all-containers --tail=5 --prefix || true
+# Each producer's log: its acknowledgements (`acked ...`) and its send log (`<producer id>,<sequence>`
+# per acknowledged message), which the audit checks against what the cluster stores.
+mkdir -p "${workdir}/send-logs"
+for type in fixed on-demand; do
+  k -n "${NAMESPACE}" logs "job/${LOAD_JOB}" -c "${type}" >"${workdir}/${type}"
+  grep -E '^[0-9]+(\.[0-9]+)?,[0-9]+$' "${workdir}/${type}" >"${workdir}/send-logs/${type}.csv" ||
+    die "the ${type} producer logged no acknowledged message"
+done
 if [[ "${FAILURE}" == node ]]; then
   # Every producer acknowledged again after the stop: its first acknowledgement logged after it.
-  for type in fixed on-demand; do
-    k -n "${NAMESPACE}" logs "job/${LOAD_JOB}" -c "${type}" >"${workdir}/${type}"
-  done
   python3 hack/kind/node_loss.py acks --since-ms "${start_ms}" "${workdir}/fixed" "${workdir}/on-demand" |
     tee "${workdir}/acks.log" || die "a producer was not acknowledged after the node stopped"
   producers_resumed_s="$(value_of producers_acked_s "${workdir}/acks.log")"
+fi
+times=""
+if [[ "${FAILURE}" == roll ]]; then
+  # How long each send waited, by the phase of the roll it began in (hack/kind/roll.py stalls).
+  python3 hack/kind/roll.py stalls --start-ms "$(value_of roll_start_ms "${workdir}/roll.log")" \
+    --mms-done-ms "$(value_of mms_done_ms "${workdir}/roll.log")" \
+    --end-ms "$(value_of roll_done_ms "${workdir}/roll.log")" "${workdir}/fixed" "${workdir}/on-demand" |
+    tee "${workdir}/stalls.log" || die "no send during the roll"
+  times="$(tail -n 1 "${workdir}/stalls.log") roll_s=$(value_of roll_s "${workdir}/roll.log")"
 fi
 
 step "audit: per-producer order in fixed partitions, no acknowledged message lost, no duplicate"
@@ -428,14 +471,14 @@ audit_status=0
 kubectl --context "${context}" -n "${NAMESPACE}" get secret "${BROKER_CLUSTER}-cluster-ca-cert" \
   -o jsonpath='{.data.ca\.crt}' | base64 -d >"${workdir}/ca.crt"
 HYBRIDMQ_TLS_CA="${workdir}/ca.crt" "${AUDIT_PYTHON}" -m hybridmq.spark.audit --bootstrap "127.0.0.1:${local_port}" \
-  --report "${AUDIT_REPORT}" | tee "${workdir}/audit.log" || audit_status=$?
+  --send-log "${workdir}/send-logs" --report "${AUDIT_REPORT}" | tee "${workdir}/audit.log" || audit_status=$?
 verdict="$(grep -E '^verdict=' "${workdir}/audit.log" | tail -n 1 || true)"
 
 info "report: ${AUDIT_REPORT}"
 if [[ "${DELETE_CLUSTER}" != 1 ]]; then
   info "cluster ${CLUSTER_NAME} kept (kind delete cluster --name ${CLUSTER_NAME}, or DELETE_CLUSTER=1 next time)"
 fi
-# The last line is the verdict, with the failover times.
-times="status_updated_s=${status_updated_s} producers_resumed_s=${producers_resumed_s}"
+# The last line is the verdict, with the failover times (the roll's stalls).
+[[ -n "${times}" ]] || times="status_updated_s=${status_updated_s} producers_resumed_s=${producers_resumed_s}"
 printf '\n\033[1m%s %s\033[0m\n' "${verdict:-verdict=FAIL (the audit printed no verdict; exit status ${audit_status})}" "${times}"
 [[ "${audit_status}" == 0 && "${verdict}" == verdict=PASS* ]]

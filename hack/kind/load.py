@@ -3,9 +3,13 @@
     python load.py PARTITION_TYPE        (in the broker image, from the demo's load Job)
 
 Environment: HYBRIDMQ_BOOTSTRAP, HYBRIDMQ_TLS_CA (the CMs' CA), MESSAGES, PAUSE (seconds of pause
-every 50 messages: the rate). Prints ``acked <n> <unix ms>`` for every acknowledgement, so that the
-demo can tell when each producer was acknowledged again after a failure (the node's clock is the
-host's: kind nodes are containers), and ``sent <n>`` at the end.
+every 50 messages: the rate), STOP_FILE (optional: the producer stops early, after the send under
+way, once this file exists; the demo's roll runs until the roll is done). Prints ``acked <n> <unix
+ms> <send ms>`` for every acknowledgement (its time, and how long the send waited for it), so that
+the demo can tell when each producer was acknowledged again after a failure and how long a send
+stalled during a roll (the node's clock is the host's: kind nodes are containers), the producer's
+send log (``<producer id>,<sequence>`` per acknowledged message, which the demo gives the audit:
+every one of them must be stored), and ``sent <n>`` at the end.
 
 The delivery timeout is two minutes (Kafka's default): a message waits out a failover that needs a
 standby operator to take over (its peering lifetime) instead of failing the producer.
@@ -26,6 +30,7 @@ DELIVERY_TIMEOUT_S = 120.0
 async def produce(partition_type: str) -> int:
     messages = int(os.environ["MESSAGES"])
     pause = float(os.environ["PAUSE"])
+    stop_file = os.environ.get("STOP_FILE")
     key = f"demo-{partition_type}"
     async with await Producer.connect(
         os.environ["HYBRIDMQ_BOOTSTRAP"],
@@ -33,11 +38,16 @@ async def produce(partition_type: str) -> int:
         key=key,
         ssl=os.environ.get("HYBRIDMQ_TLS_CA") or None,
         delivery_timeout=DELIVERY_TIMEOUT_S,
+        send_log=sys.stdout,  # `<producer id>,<sequence>` per acknowledged message: the audit's input
     ) as producer:
         for n in range(1, messages + 1):
+            began = time.perf_counter()
             await producer.send("queue:demo", f"{key}-{n}".encode(), key=key)
-            print(f"acked {n} {time.time_ns() // 1_000_000}", flush=True)
+            waited_ms = (time.perf_counter() - began) * 1000
+            print(f"acked {n} {time.time_ns() // 1_000_000} {waited_ms:.1f}", flush=True)
             if n % 50 == 0:
+                if stop_file and os.path.exists(stop_file):  # noqa: ASYNC240 - once per 50 sends
+                    return n
                 await asyncio.sleep(pause)
     return messages
 

@@ -228,7 +228,7 @@ def first_acks(lines: Sequence[str], since_ms: int) -> int | None:
     """The time of the first acknowledgement at or after ``since_ms`` (None when there is none)."""
     for line in lines:
         words = line.split()
-        if len(words) == 3 and words[0] == "acked" and int(words[2]) >= since_ms:
+        if len(words) >= 3 and words[0] == "acked" and int(words[2]) >= since_ms:
             return int(words[2])
     return None
 

@@ -57,8 +57,10 @@ def run_demo(
     assert done.returncode == 0
     _IMAGES_LOADED.add(kind_cluster.name)
     shutil.rmtree(logs, ignore_errors=True)
-    # Every message the two producers sent is in the cluster (the audit read them all).
+    # Every message the two producers sent is in the cluster (the audit read them all), and the
+    # audit checked each acknowledged one against the producers' send logs.
     assert int(last_line_value(out, "records")) == 2 * messages, last
+    assert int(last_line_value(out, "acked")) == 2 * messages, last
     assert last_line_value(out, "acked_missing") == "0", last
     status_updated = float(last_line_value(out, "status_updated_s"))
     resumed_text = last_line_value(out, "producers_resumed_s")
