@@ -3,13 +3,14 @@
     python load.py PARTITION_TYPE        (in the broker image, from the demo's load Job)
 
 Environment: HYBRIDMQ_BOOTSTRAP, HYBRIDMQ_TLS_CA (the CMs' CA), MESSAGES, PAUSE (seconds of pause
-every 50 messages: the rate), STOP_FILE (optional: the producer stops early, after the send under
-way, once this file exists; the demo's roll runs until the roll is done). Prints ``acked <n> <unix
-ms> <send ms>`` for every acknowledgement (its time, and how long the send waited for it), so that
-the demo can tell when each producer was acknowledged again after a failure and how long a send
-stalled during a roll (the node's clock is the host's: kind nodes are containers), the producer's
-send log (``<producer id>,<sequence>`` per acknowledged message, which the demo gives the audit:
-every one of them must be stored), and ``sent <n>`` at the end.
+every 50 messages: the rate), STOP_FILE (optional: the producer stops early once this file exists,
+checked at each pause; the demo's roll runs until the roll is done).
+
+Prints ``acked <n> <unix ms> <send ms>`` for every acknowledgement (its time, and how long the send
+waited for it), so that the demo can tell when each producer was acknowledged again after a failure
+and how long a send stalled during a roll (the node's clock is the host's: kind nodes are
+containers); the producer's send log (``<producer id>,<sequence>`` per acknowledged message, which
+the demo gives the audit: every one of them must be stored); and ``sent <n>`` at the end.
 
 The delivery timeout is two minutes (Kafka's default): a message waits out a failover that needs a
 standby operator to take over (its peering lifetime) instead of failing the producer.
