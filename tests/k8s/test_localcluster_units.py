@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import time
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -10,10 +11,12 @@ from typing import Any
 import pytest
 
 from localcluster.agent import images, quantity
+from localcluster.agent.agent import Agent
 from localcluster.agent.container import _is_within
 from localcluster.agent.env import PodContext, expand, field_value, resource_value
 from localcluster.agent.hosts import PodView, render
 from localcluster.agent.ipam import IPAllocator, pick_pod_cidr
+from localcluster.agent.pods import AgentConfig
 from localcluster.agent.probes import Prober
 from localcluster.agent.status import phase
 from localcluster.agent.volumes import Mount, mount_script
@@ -174,3 +177,64 @@ def test_hosts_file_names_pods_and_services(tmp_path: Path) -> None:
     assert "127.1.0.3\tclient" in text
     assert "127.1.0.2\tmm-0.mm.ns.svc.cluster.local mm-0.mm.ns.svc mm-0.mm.ns mm-0.mm" in text
     assert "127.1.0.2\tmm.ns.svc.cluster.local mm.ns.svc mm.ns mm" in text
+
+
+class RecordingKube:
+    """The API as the node agent's pod workers call it, writes recorded (no cluster)."""
+
+    def __init__(self) -> None:
+        self.writes: list[tuple[str, str, Any]] = []
+
+    def merge_patch(self, path: str, body: Any) -> dict[str, Any]:
+        self.writes.append(("PATCH", path, body))
+        return {}
+
+    def delete(self, path: str, body: Any = None) -> dict[str, Any]:
+        self.writes.append(("DELETE", path, body))
+        return {}
+
+    def post(self, path: str, body: Any) -> dict[str, Any]:
+        self.writes.append(("POST", path, body))
+        return {}
+
+    def get(self, path: str, query: Any = None) -> dict[str, Any]:
+        return {"items": []}
+
+
+def _terminating_pod(uid: str) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "namespace": "ns",
+            "name": "web-0",
+            "uid": uid,
+            "deletionTimestamp": "2026-01-01T00:00:00Z",
+            "deletionGracePeriodSeconds": 0,
+        },
+        "spec": {"nodeName": "node", "containers": [{"name": "c", "image": "busybox"}]},
+        "status": {"phase": "Running"},
+    }
+
+
+def test_a_terminated_pods_late_event_never_writes_over_its_successor(tmp_path: Path) -> None:
+    """A StatefulSet's pod is terminated and its successor of the same name created; a watch event
+    about the old pod that arrives after its worker ended must not run it again: that second run
+    wrote the old pod's final phase (Failed) by name onto the successor, which the StatefulSet then
+    deleted and replaced once more. Each status write names the pod's uid, so the API server
+    refuses it on any other pod."""
+    kube = RecordingKube()
+    config = AgentConfig("node", tmp_path, "127.0.0.1", 6443, 0.1, 1.0)
+    agent = Agent(kube, config, heartbeat_interval=10.0)  # type: ignore[arg-type]
+    old = _terminating_pod("uid-old")
+    agent._upsert(old)
+    worker = agent.workers["uid-old"]
+    worker.join(timeout=10)
+    assert not worker.is_alive()
+    first = list(kube.writes)
+    status = [body for verb, path, body in first if verb == "PATCH" and path.endswith("/status")]
+    assert status and all(body["metadata"]["uid"] == "uid-old" for body in status), first
+    assert ("DELETE", "/api/v1/namespaces/ns/pods/web-0") in [(v, p) for v, p, _ in first], first
+
+    agent._upsert(old)  # the late event
+    time.sleep(0.5)
+    assert "uid-old" not in agent.workers
+    assert kube.writes == first, kube.writes[len(first) :]

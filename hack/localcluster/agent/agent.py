@@ -15,6 +15,8 @@ from localcluster.agent.pods import AgentConfig, PodWorker
 
 log = logging.getLogger("localcluster.agent")
 
+ENDED_KEPT_S = 3600.0  # a watch event about a gone pod arrives within seconds; an hour is plenty
+
 
 class Agent:
     """Registers the node, then runs every pod scheduled to it until `stop()`."""
@@ -26,6 +28,9 @@ class Agent:
         self.config = config
         self.ipam = IPAllocator(ipaddress.IPv4Network(config.pod_cidr))
         self.workers: dict[str, PodWorker] = {}
+        # Uids whose pod was terminated or is gone, when their worker ended: a late watch event
+        # about one must not start it again (it would write its status over a successor's).
+        self.ended: dict[str, float] = {}
         self.lock = threading.Lock()
         self.stopping = threading.Event()
         self.heartbeat = NodeHeartbeat(
@@ -116,7 +121,7 @@ class Agent:
             self._reap()
             worker = self.workers.get(uid)
             if worker is None:
-                if self.stopping.is_set():
+                if self.stopping.is_set() or uid in self.ended:
                     return
                 worker = PodWorker(self.kube, self.config, pod, self.ipam)
                 worker.on_sandbox_ready = self._sandbox_ready
@@ -148,5 +153,9 @@ class Agent:
         self.hosts.wake.set()
 
     def _reap(self) -> None:
+        now = time.monotonic()
         for uid in [uid for uid, w in self.workers.items() if not w.is_alive() and w.ident is not None]:
-            del self.workers[uid]
+            if self.workers.pop(uid).ended:
+                self.ended[uid] = now
+        for uid in [uid for uid, at in self.ended.items() if now - at > ENDED_KEPT_S]:
+            del self.ended[uid]

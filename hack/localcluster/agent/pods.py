@@ -73,6 +73,7 @@ class PodWorker(threading.Thread):
         self.init_failed = False
         self.finished = pod.get("status", {}).get("phase") in TERMINAL  # nothing left to run
         self.deleted = threading.Event()
+        self.ended = False  # its pod is gone or was terminated: this uid never runs again
         self.shutdown = threading.Event()
         self.wake = threading.Event()
         self._last_status: JSON | None = None
@@ -143,9 +144,11 @@ class PodWorker(threading.Thread):
                 return
             if self.deleted.is_set():
                 self._stop_all(min(self._grace(), 2.0))
+                self.ended = True
                 return
             if self.pod["metadata"].get("deletionTimestamp"):
                 self._terminate_for_deletion()
+                self.ended = True
                 return
             if not self.finished:
                 self._sync()
@@ -409,11 +412,14 @@ class PodWorker(threading.Thread):
         status = self._status(final_phase)
         if status == self._last_status:
             return
+        # The uid is a precondition (409 otherwise), as the kubelet's: once this pod is gone, a
+        # successor of the same name (a StatefulSet's) must never get this pod's status.
+        patch = {"metadata": {"uid": self.uid}, "status": status}
         try:
-            self.kube.merge_patch(pod_path(self.namespace, self.pod_name) + "/status", {"status": status})
+            self.kube.merge_patch(pod_path(self.namespace, self.pod_name) + "/status", patch)
             self._last_status = status
         except ApiError as exc:
-            if exc.status == 404:
+            if exc.status in (404, 409):
                 self.mark_deleted()
             else:
                 log.warning("pod %s/%s: status update failed: %s", self.namespace, self.pod_name, exc)
