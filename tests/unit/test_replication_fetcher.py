@@ -295,3 +295,28 @@ async def test_three_replicas_under_load_with_slow_transport(tmp_path: Path, del
     for replica in "bc":
         assert headers(cluster.logs[replica]) == headers(cluster.logs["a"])
     await cluster.close()
+
+
+async def test_a_promoted_backup_keeps_the_committed_end_readers_were_told(tmp_path: Path) -> None:
+    """A handoff (the old primary stays an in-sync backup): the new primary's high watermark, the
+    committed end that fetches and ``partitions()`` report, starts where the backup had learnt it
+    was, not at the log start until the old primary has fetched from it."""
+    cluster = Cluster(tmp_path)
+    a = cluster.primary("a", 1, replicas="ab", min_in_sync=2)
+    b_follows_a = cluster.follow("b", LocalTransport(a), 1)
+    for i in range(10):
+        await asyncio.wait_for(a.produce(b"r" * 50, 3, epoch=1, producer_id=1, base_sequence=3 * i), 5)
+    await eventually(lambda: b_follows_a.high_watermark == 30)
+    told = a.high_watermark
+    assert told == 30
+    known = b_follows_a.high_watermark
+    await cluster.stop("b")
+    await cluster.logs["b"].flush_until(cluster.logs["b"].log_end_offset)
+    b = cluster.primary("b", 2, replicas="ab", in_sync=("a", "b"), min_in_sync=2, high_watermark=known)
+    assert b.high_watermark == told  # a has not fetched from b yet
+    # Never past what is durable here, whatever the backup was told.
+    c_log = cluster.logs["c"]
+    c = PartitionPrimary(c_log, partition="p0", replica_id="c", epoch=2, replicas=("c",), high_watermark=99)
+    assert c.high_watermark == 0
+    c.close()
+    await cluster.close()

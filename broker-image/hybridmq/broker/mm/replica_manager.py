@@ -251,6 +251,7 @@ class ReplicaManager:
             r.leader.update_assignment(replicas=a.replicas, in_sync=a.in_sync, min_in_sync=a.min_in_sync)
             r.host.writable = a.writable
             return
+        known_hw = r.fetcher.high_watermark if r.fetcher is not None else -1
         await self._stop_backup(r)
         await self._stop_primary(r)
         if r.storage is None:
@@ -267,6 +268,7 @@ class ReplicaManager:
                 epoch=a.epoch,
                 replicas=a.replicas or (self.me,),
                 in_sync=a.in_sync or (self.me,),
+                high_watermark=known_hw,
                 min_in_sync=a.min_in_sync,
                 lag_time_ms=self.lag_time_ms,
                 lease_valid=self.liveness.valid,

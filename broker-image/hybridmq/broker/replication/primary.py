@@ -81,6 +81,7 @@ class PartitionPrimary:
         epoch: int,
         replicas: Sequence[str],
         in_sync: Iterable[str] | None = None,
+        high_watermark: int = -1,
         min_in_sync: int = 2,
         lag_time_ms: float = 10_000,
         lease_valid: Callable[[], bool] | None = None,
@@ -122,7 +123,10 @@ class PartitionPrimary:
                 self._states[replica] = ReplicaState(
                     replica, last_caught_up_time=now if replica in members else float("-inf")
                 )
-        self._hw = min(log.log_start_offset, log.log_end_offset)
+        # A promoted backup starts from the high watermark it had learnt (Kafka's new leader keeps
+        # its follower HW): what readers were told is committed stays readable through the move,
+        # instead of the end going back to the log start until every in-sync backup has fetched.
+        self._hw = max(min(log.log_start_offset, log.log_end_offset), min(high_watermark, log.durable_offset))
         log.add_append_listener(self._on_append)
         self._update_hw()
 
