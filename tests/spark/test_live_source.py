@@ -7,7 +7,7 @@ import pytest
 
 import hybridmq.client as client
 from hybridmq.client import ClientError
-from hybridmq.spark.live import UNKNOWN_PARTITION, LiveClusterSource
+from hybridmq.spark.live import UNKNOWN_PARTITION, CommittedEndBehindError, LiveClusterSource
 from hybridmq.spark.schema import COLUMNS, ROW_SCHEMA
 from hybridmq.spark.source import PartitionGoneError, PartitionInfo
 
@@ -69,3 +69,36 @@ def test_reads_ranges_into_the_row_schema(fake_fetch: None) -> None:
 def test_unknown_partition_is_gone(fake_fetch: None) -> None:
     with pytest.raises(PartitionGoneError):
         list(LiveClusterSource("127.0.0.1:1").read_range("od-9", 0, 5, COLUMNS))
+
+
+class LateFetcher(FakeFetcher):
+    """Serves nothing at or past offset 4 for the first ``empty_answers`` fetches there, as a new
+    primary does until it learns the committed end again (then ``end_offset`` is 4)."""
+
+    empty_answers = 3
+    answered = 0
+
+    async def fetch(self, partition: str, offset: int, *, max_offset: int, max_bytes: int) -> dict[str, Any]:
+        if offset >= 4 and LateFetcher.answered < self.empty_answers:
+            LateFetcher.answered += 1
+            return {"batches": [], "end_offset": 4}
+        below = [b for b in self.batches if b["base_offset"] + b["count"] > offset and b["base_offset"] < 4]
+        return {"batches": below if offset < 4 else [b for b in self.batches if b["base_offset"] >= 4]}
+
+
+def test_a_range_whose_end_is_briefly_not_committed_is_read_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A range planned up to 6 meets a primary whose committed end is 4 for a while: the read waits
+    and returns all of it (before, it returned offsets 0-2 and the stream went on past 6)."""
+    LateFetcher.answered = 0
+    monkeypatch.setattr(client, "Fetcher", LateFetcher, raising=False)
+    rows = pa.Table.from_batches(list(LiveClusterSource("127.0.0.1:1").read_range("fixed-0", 0, 6, COLUMNS)))
+    assert rows.column("offset").to_pylist() == [0, 1, 2, 4, 5]
+    assert LateFetcher.answered == 3
+
+
+def test_a_range_whose_end_stays_uncommitted_fails_the_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    LateFetcher.answered = 0
+    monkeypatch.setattr(LateFetcher, "empty_answers", 10**9)
+    monkeypatch.setattr(client, "Fetcher", LateFetcher, raising=False)
+    with pytest.raises(CommittedEndBehindError, match=r"\[4, 6\).*committed end is 4"):
+        list(LiveClusterSource("127.0.0.1:1", timeout=1.0).read_range("fixed-0", 0, 6, COLUMNS))

@@ -41,8 +41,24 @@ UNKNOWN_PARTITION = 20  # hybridmq.api.frames.ErrorCode.UNKNOWN_PARTITION
 OFFSET_OUT_OF_RANGE = 27  # hybridmq.api.frames.ErrorCode.OFFSET_OUT_OF_RANGE
 
 
+# Of the read's timeout, how long a range may wait for a committed end that went back.
+GAP_WAIT_SHARE = 0.8
+
+
 class FetchUnsupportedError(NotImplementedError):
     pass
+
+
+class CommittedEndBehindError(Exception):
+    """The partition's committed end stayed below a planned range's end: the read fails (Spark
+    retries the task) rather than return part of the range as if it were all of it."""
+
+    def __init__(self, partition: str, offset: int, end: int, committed: int) -> None:
+        super().__init__(
+            f"partition {partition}: offsets [{offset}, {end}) were committed when the batch was planned"
+            f" but its primary's committed end is {committed}"
+        )
+        self.partition, self.offset, self.end, self.committed = partition, offset, end, committed
 
 
 def _get(obj: Any, name: str, default: Any = None) -> Any:
@@ -155,6 +171,8 @@ class LiveClusterSource:
                     ptype = str(_get(p, "type"))
             rows: list[dict[str, Any]] = []
             offset = start
+            loop = asyncio.get_running_loop()
+            gap_deadline, gap_delay = loop.time() + self.timeout * GAP_WAIT_SHARE, 0.05
             while offset < end:
                 try:
                     result = await fetcher.fetch(partition, offset, max_offset=end, max_bytes=FETCH_BYTES)
@@ -168,7 +186,16 @@ class LiveClusterSource:
                     raise
                 batches = list(_get(result, "batches", []))
                 if not batches:
-                    break
+                    # The range was planned from a committed end that the partition's primary has
+                    # not reached again yet (a new primary learns it on its backups' next fetch):
+                    # wait for it; ending the read here would skip the rest of the range for good.
+                    committed = int(_get(result, "end_offset", offset))
+                    if loop.time() > gap_deadline:
+                        raise CommittedEndBehindError(partition, offset, end, committed)
+                    await asyncio.sleep(min(gap_delay, max(gap_deadline - loop.time(), 0.0) + 0.001))
+                    gap_delay = min(gap_delay * 2, 0.5)
+                    continue
+                gap_delay = 0.05
                 for batch in batches:
                     offset = self._append_batch(rows, batch, partition, ptype, offset, end)
             return rows
