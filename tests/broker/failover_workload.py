@@ -239,9 +239,13 @@ class StreamReader:
         self.positions: dict[str, int] = {}
         self.seen: dict[str, list[tuple[str, int]]] = defaultdict(list)  # value -> positions
 
-    async def catch_up(self, fetcher: Fetcher) -> None:
+    async def catch_up(self, fetcher: Fetcher, within: float = 30.0) -> None:
+        """Read every partition up to the committed end ``partitions()`` gave; a partition whose
+        primary serves nothing below that end for ``within`` seconds fails the check, naming it."""
+        loop = asyncio.get_running_loop()
         for meta in await fetcher.partitions():
             offset = self.positions.get(meta.name, meta.start_offset)
+            stuck_since: float | None = None
             while offset < meta.end_offset:
                 try:
                     result = await fetcher.fetch(meta.name, offset, max_offset=meta.end_offset)
@@ -249,6 +253,17 @@ class StreamReader:
                     if exc.code == ErrorCode.UNKNOWN_PARTITION:
                         break  # collected meanwhile: what was not read is gone
                     raise
+                if result.next_offset <= offset:
+                    stuck_since = loop.time() if stuck_since is None else stuck_since
+                    assert loop.time() - stuck_since < within, (
+                        f"{meta.name}: nothing served at {offset} for {within} s though partitions() said"
+                        f" committed up to {meta.end_offset} (primary {meta.primary} at epoch {meta.epoch});"
+                        f" the fetch says committed up to {result.end_offset},"
+                        f" log start {result.start_offset}"
+                    )
+                    await asyncio.sleep(0.1)
+                    continue
+                stuck_since = None
                 for b in result.batches:
                     if b.control or b.destination != self.dest:
                         continue
