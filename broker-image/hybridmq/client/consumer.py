@@ -305,8 +305,10 @@ class Consumer(SessionClient):
     def ack(self, message: Message) -> asyncio.Future[Any] | None:
         """Acknowledge one message (``auto_ack=False``).
 
-        Returns its confirmation (a future: done once the acknowledgement is committed, failed
-        when it was not, then the message is redelivered); None when it is not outstanding. The
+        Returns its confirmation (a future: done once the acknowledgement is committed; failed
+        when it was not, then the message is redelivered, or when its primary died before
+        answering: then it comes again unless the acknowledgement had reached the backup that took
+        over, which keeps it); None when it is not outstanding. The
         acknowledgements of one loop iteration go out together, one ACK per run of consecutive
         messages of a delivery."""
         k = (message.partition, message.offset, message.delivery_count - 1)
