@@ -33,7 +33,12 @@ def wakeup(key: Key) -> asyncio.Event:
 
 
 def _copy(body: Mapping[str, Any]) -> dict[str, Any]:
-    return copy.deepcopy(dict(body))
+    """A plain copy of what the daemon reads. ``metadata.managedFields`` (the server-side apply
+    bookkeeping, which nothing here reads) is left out: it made a Partition's copy 9 KB instead
+    of 2.7 KB, kept for every Partition."""
+    kept = {k: v for k, v in body.items() if k != "metadata"}
+    meta = {k: v for k, v in (body.get("metadata") or {}).items() if k != "managedFields"}
+    return copy.deepcopy({**kept, "metadata": meta})
 
 
 @kopf.index("pods", labels=_BROKER_PODS)
