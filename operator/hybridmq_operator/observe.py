@@ -45,6 +45,12 @@ from hybridmq_operator.conditions import ClusterObservation, PartitionObservatio
 
 Body = Mapping[str, Any]
 
+# The last report parsed from each MM's Lease, with its text. A report names every partition its
+# MM holds: parsing each one twice a round, four rounds a second, was a sixth of the operator's CPU
+# at 1,000 partitions, while most rounds see the same text.
+_reports: dict[tuple[str, str], tuple[str | None, MMReport | None]] = {}
+REPORTS_KEPT = 4096  # Leases; a bound for the Leases of deleted clusters
+
 
 def parse_time(value: Any) -> datetime | None:
     if not value:
@@ -106,9 +112,20 @@ def container_running(pod: Body) -> bool:
 
 
 def lease_report(lease: Body | None) -> MMReport | None:
+    """The MM's report on its Lease (read-only: a parsed report is shared between rounds)."""
     if lease is None:
         return None
-    return MMReport.from_annotation((_meta(lease).get("annotations") or {}).get(REPORT_ANNOTATION))
+    meta = _meta(lease)
+    text = (meta.get("annotations") or {}).get(REPORT_ANNOTATION)
+    key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+    cached = _reports.get(key)
+    if cached is not None and cached[0] == text:
+        return cached[1]
+    if len(_reports) >= REPORTS_KEPT:
+        _reports.clear()
+    report = MMReport.from_annotation(text)
+    _reports[key] = (text, report)
+    return report
 
 
 def observe_mm(

@@ -154,6 +154,29 @@ def test_reports_feed_offsets_storage_and_the_primary_view() -> None:
     assert (info.report.backlog, info.report.producers) == (7, 2)
 
 
+def test_a_changed_report_on_the_same_lease_is_read_again() -> None:
+    """Reports are parsed once per text: the next round with a new report sees the new figures."""
+    snap_of = lambda offset: observe.Snapshot(  # noqa: E731
+        cluster=cluster(partitions={"fixed": {"count": 1}, "onDemand": {"perMessageManager": 0}}),
+        pods=(pod("demo-mm-0", ip="127.0.1.1"),),
+        leases=(
+            lease(
+                "demo-mm-0",
+                NOW,
+                MMReport(
+                    partitions={
+                        "demo-fixed-0": PartitionReport(role="primary", epoch=1, log_end_offset=offset)
+                    }
+                ),
+            ),
+        ),
+        partitions=(partition("demo-fixed-0", "demo-mm-0", ["demo-mm-0"]),),
+    )
+    for offset in (5, 5, 9, 5):
+        (mm0,) = observe.cluster_state(snap_of(offset), NOW, desired_mms=1).message_managers
+        assert mm0.log_end_offsets == {"demo-fixed-0": offset}
+
+
 def test_fresh_cluster_plans_fixed_and_on_demand_partitions() -> None:
     snap = observe.Snapshot(
         cluster=cluster(),
