@@ -5,6 +5,7 @@ state, calls the pure planner and applies its changes (in a worker thread). It i
 an operator restarted in the middle of a failover simply plans again from the resources and
 finishes it. Besides partitions it finishes MM scale-downs once the planner says the leaving MMs
 are evacuated (``scale_down``), and writes the BrokerCluster status when it changed (``status``).
+A round that would read what the last one read, on a cluster at rest, is skipped (``quiet``).
 """
 
 from __future__ import annotations
@@ -32,7 +33,16 @@ from hybridmq.planner import (
     figures,
     plan,
 )
-from hybridmq_operator import failover_history, incarnations, index_sync, kube, metrics, names, observe
+from hybridmq_operator import (
+    failover_history,
+    incarnations,
+    index_sync,
+    kube,
+    metrics,
+    names,
+    observe,
+    quiet,
+)
 from hybridmq_operator.apply import Outcome, apply_plan, status_json, writer_pool
 from hybridmq_operator.assignment_map import MapStore, MapTooLarge
 from hybridmq_operator.handlers import indexes
@@ -99,6 +109,7 @@ class Reconciler:
         self.status_written: dict[str, float] = {}
         self.roll = RollReporter()
         self.statefulsets_index: kopf.Index[indexes.Key, Any] | None = None
+        self.quiet = quiet.QuietRounds()
 
     def record_failovers(
         self, body: Mapping[str, Any], state: Any, records: list[tuple[str, FailoverRecord]], now: datetime
@@ -293,11 +304,14 @@ async def reconcile_round(
     settings = ClusterSettings.from_body(body)
     if not rec.map.loaded:
         await asyncio.to_thread(rec.map.load)
+    pods, leases = indexes.values(pods_index, key), indexes.values(leases_index, key)
+    indexed = indexes.values(partitions_index, key)
+    sets = indexes.values(statefulsets_index, key) if statefulsets_index is not None else ()
+    inputs = quiet.Inputs.of(body, pods, leases, indexed, sets)
+    if rec.quiet.skip(inputs, time.monotonic(), datetime.now(UTC), INTERVAL_S):
+        return Plan()
     snapshot = observe.Snapshot(
-        cluster=dict(body),
-        pods=indexes.values(pods_index, key),
-        leases=indexes.values(leases_index, key),
-        partitions=rec.partitions(indexes.values(partitions_index, key)),
+        cluster=dict(body), pods=pods, leases=leases, partitions=rec.partitions(indexed)
     )
     stale = rec.nodes.stale(filter(None, map(observe.node_of, snapshot.pods_of(names.ROLE_MM).values())))
     if stale:
@@ -314,7 +328,8 @@ async def reconcile_round(
     )
     rec.track_losses(state, now)
     t_observed = time.monotonic()
-    if waiting_for_initial_mms(snapshot, state, settings, now) or rec.unchanged(state, settings):
+    waiting = waiting_for_initial_mms(snapshot, state, settings, now)
+    if waiting or rec.unchanged(state, settings):
         result = Plan()
     else:
         result = plan(state, max_creates=MAX_CREATES_PER_ROUND)
@@ -376,11 +391,29 @@ async def reconcile_round(
     block = await reconcile_scale_down(snapshot, state, settings, result, logger)
     roll = None
     if statefulsets_index is not None:
-        sets = indexes.values(statefulsets_index, key)
         roll = await reconcile_roll(
             snapshot, sets, state, settings, rec.roll, cluster_ref(body), block is not None
         )
     await rec.status.write(body, snapshot, state, settings, block, now, rec.failovers, roll)
+    roll_idle = statefulsets_index is None or (
+        roll is not None
+        and not roll.rolling
+        and roll.mark is None
+        and roll.unmark is None
+        and roll.delete is None
+    )
+    settled = (
+        not result.changes
+        and applied
+        and not waiting
+        and block is None
+        and roll_idle
+        and not rec.written
+        and not rec.behind
+        and rec.fingerprint is not None
+        and all(m.alive and m.ready and m.accounted and not m.stopping for m in state.message_managers)
+    )
+    rec.quiet.full_round(inputs, settled, time.monotonic())
     return result
 
 
@@ -454,6 +487,7 @@ async def _loop(
             metrics.ERRORS.labels(name).inc()
             logger.warning("reconcile round failed: %s", exc)
             rec.status.last_status = None
+            rec.quiet.reset()
             delay = ERROR_BACKOFF_S
         finally:
             metrics.RECONCILE_SECONDS.labels(name).observe(time.monotonic() - started)

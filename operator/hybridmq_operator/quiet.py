@@ -1,0 +1,116 @@
+"""Quiet rounds: a cluster at rest costs the operator next to nothing, however many partitions.
+
+A reconcile round reads every Partition, MM and report and plans them; at thousands of partitions
+that is most of the operator's CPU, even when nothing happens. A round is skipped when:
+
+* everything it would read is what the last full round read: the BrokerCluster (its
+  resourceVersion), every pod, StatefulSet and Partition (by identity: the indexes keep a new copy
+  for every watch event, and an old copy is kept here, so its identity cannot be reused), and every
+  MM Lease apart from its renewal time (renewals come every few seconds and change nothing else);
+* that round left nothing in flight: it planned no change, every MM was alive, ready and not
+  stopping, no roll step or scale-down was under way, and no write waits for the watch;
+* no Lease runs out before the next round could see it (so a lost MM is detected as fast as
+  before);
+* the last full round is younger than ``MAX_QUIET_S``: what changes with time alone (a pod stuck
+  for a while, a drained partition's retention) is seen at most that much later.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from hybridmq_operator import observe
+
+Body = Mapping[str, Any]
+
+MAX_QUIET_S = 2.0
+# A Lease this close to its end is watched every round: it may be the start of a failover.
+EXPIRY_MARGIN_S = 1.0
+
+
+def _lease_shape(lease: Body) -> tuple[Any, ...]:
+    """A Lease without what every renewal changes (renewTime, resourceVersion)."""
+    meta = lease.get("metadata") or {}
+    spec = {k: v for k, v in (lease.get("spec") or {}).items() if k != "renewTime"}
+    return (meta.get("name"), meta.get("uid"), meta.get("annotations"), meta.get("labels"), spec)
+
+
+def _same_objects(a: Sequence[object], b: Sequence[object]) -> bool:
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What a round reads, in a form that compares cheaply with the last full round's."""
+
+    cluster_version: str
+    pods: tuple[Body, ...]
+    statefulsets: tuple[Body, ...]
+    partitions: tuple[Body, ...]
+    leases: tuple[tuple[Any, ...], ...]
+    lease_expiry: datetime | None  # the earliest
+
+    @classmethod
+    def of(
+        cls,
+        cluster: Body,
+        pods: tuple[Body, ...],
+        leases: Iterable[Body],
+        partitions: tuple[Body, ...],
+        statefulsets: tuple[Body, ...],
+    ) -> Inputs:
+        leases = tuple(leases)
+        expiries = [e for e in map(observe.lease_expiry, leases) if e is not None]
+        return cls(
+            cluster_version=str((cluster.get("metadata") or {}).get("resourceVersion") or ""),
+            pods=pods,
+            statefulsets=statefulsets,
+            partitions=partitions,
+            leases=tuple(_lease_shape(lease) for lease in leases),
+            lease_expiry=min(expiries, default=None),
+        )
+
+    def same_as(self, other: Inputs) -> bool:
+        return (
+            self.cluster_version == other.cluster_version
+            and _same_objects(self.pods, other.pods)
+            and _same_objects(self.statefulsets, other.statefulsets)
+            and _same_objects(self.partitions, other.partitions)
+            and self.leases == other.leases
+        )
+
+
+class QuietRounds:
+    """The last full round's inputs and whether it left the cluster settled."""
+
+    def __init__(self, max_quiet_s: float = MAX_QUIET_S) -> None:
+        self.max_quiet_s = max_quiet_s
+        self.last: Inputs | None = None
+        self.settled = False
+        self.full_round_at = float("-inf")
+        self.skipped = 0
+
+    def skip(self, inputs: Inputs, monotonic: float, now: datetime, interval_s: float) -> bool:
+        """Whether this round may be skipped (``monotonic``: time.monotonic(); ``now``: wall clock
+        in UTC, the Leases' clock; ``interval_s``: the time to the next round)."""
+        last = self.last
+        if last is None or not self.settled or monotonic - self.full_round_at >= self.max_quiet_s:
+            return False
+        horizon = now + timedelta(seconds=interval_s + EXPIRY_MARGIN_S)
+        if inputs.lease_expiry is not None and horizon >= inputs.lease_expiry:
+            return False
+        if not inputs.same_as(last):
+            return False
+        self.skipped += 1
+        return True
+
+    def full_round(self, inputs: Inputs, settled: bool, monotonic: float) -> None:
+        """A full round ran on ``inputs``; ``settled``: it left nothing in flight."""
+        self.last, self.settled, self.full_round_at = inputs, settled, monotonic
+
+    def reset(self) -> None:
+        """The last round failed: the next one runs in full."""
+        self.last, self.settled = None, False

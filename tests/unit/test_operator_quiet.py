@@ -1,0 +1,117 @@
+"""Quiet rounds: which rounds the reconcile daemon may skip on a cluster at rest."""
+
+from __future__ import annotations
+
+import copy
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from hybridmq_operator.quiet import Inputs, QuietRounds
+
+NOW = datetime(2026, 11, 27, 12, 0, 0, tzinfo=UTC)
+
+
+def _lease(name: str, renewed: datetime, report: str = "r1", duration: int = 10) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": name,
+            "uid": f"uid-{name}",
+            "resourceVersion": str(int(renewed.timestamp())),
+            "annotations": {"hybridmq.io/report": report},
+        },
+        "spec": {
+            "holderIdentity": name,
+            "leaseDurationSeconds": duration,
+            "renewTime": renewed.isoformat(),
+        },
+    }
+
+
+def _world() -> dict[str, Any]:
+    return {
+        "cluster": {"metadata": {"name": "c", "resourceVersion": "7"}},
+        "pods": tuple({"metadata": {"name": f"c-mm-{i}"}} for i in range(3)),
+        "leases": [_lease(f"c-mm-{i}", NOW) for i in range(3)],
+        "partitions": tuple({"metadata": {"name": f"p-{i}"}, "status": {"epoch": 1}} for i in range(5)),
+        "sets": ({"metadata": {"name": "c-mm"}},),
+    }
+
+
+def _inputs(w: dict[str, Any]) -> Inputs:
+    return Inputs.of(w["cluster"], w["pods"], w["leases"], w["partitions"], w["sets"])
+
+
+def _settled(w: dict[str, Any], at: float = 100.0) -> QuietRounds:
+    q = QuietRounds(max_quiet_s=2.0)
+    q.full_round(_inputs(w), settled=True, monotonic=at)
+    return q
+
+
+def test_a_round_that_would_read_the_same_on_a_settled_cluster_is_skipped() -> None:
+    w = _world()
+    q = _settled(w)
+    assert q.skip(_inputs(w), 100.25, NOW + timedelta(seconds=0.25), 0.25)
+    assert q.skipped == 1
+
+
+def test_lease_renewals_alone_are_no_change_but_a_new_report_is() -> None:
+    w = _world()
+    q = _settled(w)
+    renewed = NOW + timedelta(seconds=1)
+    w["leases"] = [_lease(f"c-mm-{i}", renewed) for i in range(3)]
+    assert q.skip(_inputs(w), 101.0, renewed, 0.25)
+    w["leases"][1] = _lease("c-mm-1", renewed, report="r2")
+    assert not q.skip(_inputs(w), 101.0, renewed, 0.25)
+
+
+def test_any_new_copy_of_a_partition_pod_or_statefulset_is_a_change_even_if_equal() -> None:
+    """The indexes keep a new copy per watch event: identity, not equality, says "unchanged"."""
+    for kind in ("partitions", "pods", "sets"):
+        w = _world()
+        q = _settled(w)
+        items = list(w[kind])
+        items[0] = copy.deepcopy(items[0])
+        w[kind] = tuple(items)
+        assert not q.skip(_inputs(w), 100.5, NOW, 0.25), kind
+
+
+def test_a_partition_gone_from_the_index_is_a_change() -> None:
+    w = _world()
+    q = _settled(w)
+    w["partitions"] = w["partitions"][:-1]
+    assert not q.skip(_inputs(w), 100.5, NOW, 0.25)
+
+
+def test_a_changed_broker_cluster_is_a_change() -> None:
+    w = _world()
+    q = _settled(w)
+    w["cluster"] = {"metadata": {"name": "c", "resourceVersion": "8"}}
+    assert not q.skip(_inputs(w), 100.5, NOW, 0.25)
+
+
+def test_a_lease_close_to_its_end_is_watched_every_round() -> None:
+    """An MM that stopped renewing must be seen as lost as fast as without quiet rounds."""
+    w = _world()
+    q = _settled(w)
+    # Renewed at NOW with a 10 s lease: 8.5 s later the lease has 1.5 s left, more than the
+    # next round's 0.25 s and the margin; at 9 s it has 1 s left: no more skipping.
+    assert q.skip(_inputs(w), 100.5, NOW + timedelta(seconds=8.5), 0.25)
+    assert not q.skip(_inputs(w), 100.6, NOW + timedelta(seconds=9.0), 0.25)
+
+
+def test_an_unsettled_round_or_a_failed_one_is_followed_by_a_full_round() -> None:
+    w = _world()
+    q = QuietRounds(max_quiet_s=2.0)
+    assert not q.skip(_inputs(w), 100.0, NOW, 0.25)  # nothing ran yet
+    q.full_round(_inputs(w), settled=False, monotonic=100.0)
+    assert not q.skip(_inputs(w), 100.25, NOW, 0.25)
+    q.full_round(_inputs(w), settled=True, monotonic=100.5)
+    q.reset()
+    assert not q.skip(_inputs(w), 100.75, NOW, 0.25)
+
+
+def test_a_full_round_runs_at_least_every_max_quiet_seconds() -> None:
+    w = _world()
+    q = _settled(w, at=100.0)
+    assert q.skip(_inputs(w), 101.9, NOW, 0.25)
+    assert not q.skip(_inputs(w), 102.0, NOW, 0.25)
