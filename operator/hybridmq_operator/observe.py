@@ -232,6 +232,30 @@ class PartitionCache:
 
     def __init__(self) -> None:
         self._items: dict[str, tuple[str, Partition | None]] = {}
+        # The last round's PartitionInfo of each partition, the Partition it was made from, and
+        # the reports it was made with (kept, so that identities stay unique).
+        self._infos: dict[str, tuple[Partition, PartitionInfo]] = {}
+        self._reports: tuple[tuple[str, MMReport], ...] = ()
+
+    def infos(
+        self, parsed: Iterable[Partition], reports: Mapping[str, MMReport]
+    ) -> tuple[PartitionInfo, ...]:
+        """Each partition with the primary's report about it; made again only for a partition
+        whose resource changed, or when any report did (a report is one object per text)."""
+        current = tuple(reports.items())
+        same_reports = len(current) == len(self._reports) and all(
+            m == n and r is q for (m, r), (n, q) in zip(current, self._reports, strict=True)
+        )
+        kept = self._infos if same_reports else {}
+        out: dict[str, tuple[Partition, PartitionInfo]] = {}
+        for p in parsed:
+            name = p.metadata.name or ""
+            known = kept.get(name)
+            if known is None or known[0] is not p:
+                known = (p, PartitionInfo.from_resource(p, replica_report(p, reports)))
+            out[name] = known
+        self._infos, self._reports = out, current
+        return tuple(info for _, info in out.values())
 
     def parse(self, bodies: Iterable[Body]) -> list[Partition]:
         out: list[Partition] = []
@@ -341,7 +365,8 @@ def cluster_state(
     """``recorded``: incarnations the operator wrote on Leases that the watch has not delivered;
     ``node_labels``: labels of the nodes the MM pods run on (their failure domains)."""
     cluster = BrokerCluster.model_validate(dict(snapshot.cluster))
-    parsed = (cache or PartitionCache()).parse(snapshot.partitions)
+    cache = cache or PartitionCache()
+    parsed = cache.parse(snapshot.partitions)
     parsed = [p for p in parsed if p.spec.cluster == snapshot.name]
     pods = snapshot.pods_of(names.ROLE_MM)
     all_leases = snapshot.leases_by_name()
@@ -370,7 +395,7 @@ def cluster_state(
     reports = {
         m: r for m in (x.name for x in mms if x.alive) if (r := lease_report(leases.get(m))) is not None
     }
-    infos = tuple(PartitionInfo.from_resource(p, replica_report(p, reports)) for p in parsed)
+    infos = cache.infos(parsed, reports)
     return ClusterState(
         cluster=snapshot.name, spec=cluster.spec, message_managers=mms, partitions=infos, now=now
     )

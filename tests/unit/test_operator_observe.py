@@ -177,6 +177,40 @@ def test_a_changed_report_on_the_same_lease_is_read_again() -> None:
         assert mm0.log_end_offsets == {"demo-fixed-0": offset}
 
 
+def test_a_round_reuses_a_partitions_view_only_while_its_resource_and_every_report_are_the_same() -> None:
+    """Rounds share one cache: what the primary reported reaches the partition's view every round."""
+    cache = observe.PartitionCache()
+    body = partition("demo-fixed-0", "demo-mm-0", ["demo-mm-0", "demo-mm-1"], rv="10")
+
+    def round_with(leo0: int, leo1: int, part: dict[str, Any]) -> Any:
+        report0 = MMReport(
+            partitions={"demo-fixed-0": PartitionReport(role="primary", epoch=1, log_end_offset=leo0)}
+        )
+        report1 = MMReport(
+            partitions={"demo-fixed-0": PartitionReport(role="backup", epoch=1, log_end_offset=leo1)}
+        )
+        snap = observe.Snapshot(
+            cluster=cluster(partitions={"fixed": {"count": 1}, "onDemand": {"perMessageManager": 0}}),
+            pods=(pod("demo-mm-0", ip="127.0.1.1"), pod("demo-mm-1", ip="127.0.1.2")),
+            leases=(lease("demo-mm-0", NOW, report0), lease("demo-mm-1", NOW, report1)),
+            partitions=(part,),
+        )
+        (info,) = observe.cluster_state(snap, NOW, desired_mms=2, cache=cache).partitions
+        return info
+
+    first = round_with(5, 4, body)
+    assert first.report is not None and first.report.log_end_offsets == {"demo-mm-0": 5, "demo-mm-1": 4}
+    assert round_with(5, 4, body) is first
+    # The backup's report alone changed: its offset reaches the primary's partition view.
+    moved = round_with(5, 5, body)
+    assert moved.report is not None and moved.report.log_end_offsets == {"demo-mm-0": 5, "demo-mm-1": 5}
+    # The resource changed (a failover to demo-mm-1), the reports did not.
+    failed_over = partition("demo-fixed-0", "demo-mm-1", ["demo-mm-1", "demo-mm-0"], epoch=2, rv="11")
+    after = round_with(5, 5, failed_over)
+    assert after.status is not None and after.status.primary == "demo-mm-1"
+    assert after.report is None  # demo-mm-1 reports itself a backup at epoch 1: not a primary's view
+
+
 def test_fresh_cluster_plans_fixed_and_on_demand_partitions() -> None:
     snap = observe.Snapshot(
         cluster=cluster(),
