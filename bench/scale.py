@@ -55,6 +55,7 @@ sys.path[:0] = [str(REPO / "hack"), str(REPO / "tests/k8s"), str(REPO / "bench")
 
 import _results  # noqa: E402
 from kubernetes import watch  # noqa: E402
+from kubernetes.client.exceptions import ApiException  # noqa: E402
 from operator_failover import PrimaryWatch, bench_cluster  # noqa: E402
 from operator_harness import (  # noqa: E402
     Kube,
@@ -128,7 +129,14 @@ def wait_placed(
     kube: Kube, partitions: int, replicas: int, timeout: float, clusters: tuple[str, ...] = (NAME,)
 ) -> None:
     def done() -> bool:
-        parts = fixed(kube, clusters)
+        try:
+            parts = fixed(kube, clusters)
+        except ApiException as exc:
+            if exc.status is None or exc.status < 500:
+                raise
+            # A list of 10,000 Partitions can time out on an API server busy placing them.
+            print(f"listing the Partitions: {exc.status} {exc.reason}; trying again", flush=True)
+            return False
         return len(parts) == partitions and all(
             (p.get("status") or {}).get("primary")
             and len((p.get("status") or {}).get("inSync") or []) >= replicas
