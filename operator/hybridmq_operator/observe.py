@@ -228,7 +228,9 @@ def parse_partition(body: Body) -> Partition | None:
 
 class PartitionCache:
     """Parsed Partitions by (name, resourceVersion, epoch): a round re-parses only what changed
-    (the epoch too: a body seen through the assignment map keeps its resourceVersion)."""
+    (the epoch too: a body seen through the assignment map keeps its resourceVersion). It also
+    keeps each partition's view (``infos``: the PartitionInfo with its primary's report), made again
+    only when the Partition or a report changed."""
 
     def __init__(self) -> None:
         self._items: dict[str, tuple[str, Partition | None]] = {}

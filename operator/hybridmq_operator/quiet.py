@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from hybridmq.planner.roll import RollDecision
+from hybridmq.planner.state import MessageManager
 from hybridmq_operator import observe
 
 Body = Mapping[str, Any]
@@ -81,6 +83,51 @@ class Inputs:
             and _same_objects(self.partitions, other.partitions)
             and self.leases == other.leases
         )
+
+
+def roll_idle(roll: RollDecision | None, watched: bool) -> bool:
+    """No roll step this round: nothing to mark, unmark or delete and no pod on an older revision
+    (``watched``: the operator watches StatefulSets; without them there is no roll; ``roll`` None: a
+    revision was not known yet, so the round cannot say the roll is idle)."""
+    if not watched:
+        return True
+    return (
+        roll is not None
+        and not roll.rolling
+        and roll.mark is None
+        and roll.unmark is None
+        and roll.delete is None
+    )
+
+
+def settled(
+    *,
+    changes_planned: bool,
+    applied: bool,
+    waiting_for_mms: bool,
+    scale_down_blocked: bool,
+    roll_is_idle: bool,
+    unwatched_writes: bool,
+    follow_ups: bool,
+    planned: bool,
+    mms: Iterable[MessageManager],
+) -> bool:
+    """Whether a full round left nothing in flight, so that the next may be skipped if it would read
+    the same: no change planned and every planned one applied; not waiting for the first MMs; no
+    scale-down refused; no roll step; no write that the watch has not shown back yet and no follow-up
+    of one; the round planned at all (``planned``: its plan's fingerprint is kept); and every MM
+    alive, ready, accounted for and not stopping (a stopping MM hands off as its Lease says)."""
+    return (
+        not changes_planned
+        and applied
+        and not waiting_for_mms
+        and not scale_down_blocked
+        and roll_is_idle
+        and not unwatched_writes
+        and not follow_ups
+        and planned
+        and all(m.alive and m.ready and m.accounted and not m.stopping for m in mms)
+    )
 
 
 class QuietRounds:

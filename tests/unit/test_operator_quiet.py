@@ -6,7 +6,11 @@ import copy
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from hybridmq_operator.quiet import Inputs, QuietRounds
+import pytest
+
+from hybridmq.planner.roll import RollDecision
+from hybridmq.planner.state import MessageManager
+from hybridmq_operator.quiet import Inputs, QuietRounds, roll_idle, settled
 
 NOW = datetime(2026, 11, 27, 12, 0, 0, tzinfo=UTC)
 
@@ -115,3 +119,69 @@ def test_a_full_round_runs_at_least_every_max_quiet_seconds() -> None:
     q = _settled(w, at=100.0)
     assert q.skip(_inputs(w), 101.9, NOW, 0.25)
     assert not q.skip(_inputs(w), 102.0, NOW, 0.25)
+
+
+def _settled_round(**changed: Any) -> bool:
+    """A round that left nothing in flight, with the given conditions changed."""
+    conditions: dict[str, Any] = {
+        "changes_planned": False,
+        "applied": True,
+        "waiting_for_mms": False,
+        "scale_down_blocked": False,
+        "roll_is_idle": True,
+        "unwatched_writes": False,
+        "follow_ups": False,
+        "planned": True,
+        "mms": [MessageManager(name=f"c-mm-{i}") for i in range(3)],
+    }
+    return settled(**{**conditions, **changed})
+
+
+def test_a_round_that_left_nothing_in_flight_is_settled() -> None:
+    assert _settled_round()
+
+
+@pytest.mark.parametrize(
+    "condition",
+    [
+        {"changes_planned": True},
+        {"applied": False},
+        {"waiting_for_mms": True},
+        {"scale_down_blocked": True},
+        {"roll_is_idle": False},
+        {"unwatched_writes": True},
+        {"follow_ups": True},
+        {"planned": False},
+    ],
+    ids=lambda c: next(iter(c)),
+)
+def test_anything_in_flight_keeps_the_next_round_full(condition: dict[str, Any]) -> None:
+    assert not _settled_round(**condition)
+
+
+@pytest.mark.parametrize(
+    "mm",
+    [
+        MessageManager(name="c-mm-2", alive=False),
+        MessageManager(name="c-mm-2", ready=False),
+        MessageManager(name="c-mm-2", accounted=False),
+        MessageManager(name="c-mm-2", stopping=True),
+    ],
+    ids=["lost", "not-ready", "not-accounted", "stopping"],
+)
+def test_an_mm_that_is_not_plainly_up_keeps_the_next_round_full(mm: MessageManager) -> None:
+    mms = [MessageManager(name="c-mm-0"), MessageManager(name="c-mm-1"), mm]
+    assert not _settled_round(mms=mms)
+
+
+def _decision(**fields: Any) -> RollDecision:
+    return RollDecision(**{"rolling": False, "reason": "Updated", "message": "", **fields})
+
+
+def test_a_roll_is_idle_only_when_nothing_is_to_be_done() -> None:
+    assert roll_idle(None, watched=False)  # no StatefulSets watched: there is no roll
+    assert roll_idle(_decision(), watched=True)
+    assert not roll_idle(None, watched=True)  # a revision not known yet
+    assert not roll_idle(_decision(rolling=True), watched=True)
+    for step in ("mark", "unmark", "delete"):
+        assert not roll_idle(_decision(**{step: "c-mm-1"}), watched=True)

@@ -395,23 +395,16 @@ async def reconcile_round(
             snapshot, sets, state, settings, rec.roll, cluster_ref(body), block is not None
         )
     await rec.status.write(body, snapshot, state, settings, block, now, rec.failovers, roll)
-    roll_idle = statefulsets_index is None or (
-        roll is not None
-        and not roll.rolling
-        and roll.mark is None
-        and roll.unmark is None
-        and roll.delete is None
-    )
-    settled = (
-        not result.changes
-        and applied
-        and not waiting
-        and block is None
-        and roll_idle
-        and not rec.written
-        and not rec.behind
-        and rec.fingerprint is not None
-        and all(m.alive and m.ready and m.accounted and not m.stopping for m in state.message_managers)
+    settled = quiet.settled(
+        changes_planned=bool(result.changes),
+        applied=applied,
+        waiting_for_mms=waiting,
+        scale_down_blocked=block is not None,
+        roll_is_idle=quiet.roll_idle(roll, watched=statefulsets_index is not None),
+        unwatched_writes=bool(rec.written),
+        follow_ups=bool(rec.behind),
+        planned=rec.fingerprint is not None,
+        mms=state.message_managers,
     )
     rec.quiet.full_round(inputs, settled, time.monotonic())
     return result
