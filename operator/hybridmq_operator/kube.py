@@ -91,6 +91,16 @@ def _url(
     return kwargs
 
 
+def without_managed_fields(body: Mapping[str, Any]) -> dict[str, Any]:
+    """``body`` without ``metadata.managedFields`` (the server-side apply bookkeeping, which the
+    operator never reads): two thirds of a Partition's size, so what is kept for thousands of
+    objects (index copies, written bodies) leaves it out. A shallow copy: nothing else is shared
+    with ``body`` but its values."""
+    kept = {k: v for k, v in body.items() if k != "metadata"}
+    meta = {k: v for k, v in (body.get("metadata") or {}).items() if k != "managedFields"}
+    return {**kept, "metadata": meta}
+
+
 def _check(resp: requests.Response) -> dict[str, Any]:
     if resp.status_code >= 400:
         try:

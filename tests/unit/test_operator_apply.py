@@ -46,7 +46,10 @@ class FakeKube:
         self.calls.append(("patch" + (f"/{sub}" if sub else ""), (name, patch)))
         if name in self.conflict_on:
             raise kube.KubeError(409, "the object has been modified")
-        return {"metadata": {"name": name, "namespace": ns, "resourceVersion": "99", "uid": "p"}, **patch}
+        # As the API server answers: the whole object, its server-side apply bookkeeping included.
+        managed = [{"manager": "hybridmq-operator", "operation": "Update", "fieldsV1": {"f:status": {}}}]
+        meta = {"name": name, "namespace": ns, "resourceVersion": "99", "uid": "p", "managedFields": managed}
+        return {**patch, "metadata": meta}
 
     def delete(self, api_version: str, kind: str, ns: str, name: str) -> bool:
         self.calls.append(("delete", name))
@@ -118,6 +121,10 @@ def test_status_update_is_fenced_and_conflicts_are_skipped(fake: FakeKube) -> No
     # A null clears the primary (merge patch semantics).
     assert "primary" in patches["stale"]["status"] and patches["stale"]["status"]["primary"] is None
     assert out.conflicts == 1 and set(out.written) == {"fresh"}
+    # What is kept until the watch shows the write is the object without managedFields.
+    kept = out.written["fresh"]
+    assert kept["metadata"] == {"name": "fresh", "namespace": "ns", "resourceVersion": "99", "uid": "p"}
+    assert kept["status"]["primary"] == "demo-mm-1" and kept["status"]["epoch"] == 2
     assert [e.reason for _, e in out.events] == ["PrimaryLost", "Failover"]
     assert out.failovers == [("fresh", 0.4)]
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import kopf
 
-from hybridmq_operator import names
+from hybridmq_operator import kube, names
 
 Key = tuple[str, str]
 
@@ -33,12 +33,9 @@ def wakeup(key: Key) -> asyncio.Event:
 
 
 def _copy(body: Mapping[str, Any]) -> dict[str, Any]:
-    """A plain copy of what the daemon reads. ``metadata.managedFields`` (the server-side apply
-    bookkeeping, which nothing here reads) is left out: it made a Partition's copy 9 KB instead
-    of 2.7 KB, kept for every Partition."""
-    kept = {k: v for k, v in body.items() if k != "metadata"}
-    meta = {k: v for k, v in (body.get("metadata") or {}).items() if k != "managedFields"}
-    return copy.deepcopy({**kept, "metadata": meta})
+    """A plain copy of what the daemon reads (a Partition's copy is 2.7 KB instead of 9 KB without
+    its managedFields)."""
+    return copy.deepcopy(kube.without_managed_fields(body))
 
 
 @kopf.index("pods", labels=_BROKER_PODS)
