@@ -22,8 +22,10 @@ names every new primary, ``operator_cpu_s`` the CPU of this process (the control
 bench's polling of its table), ``api_requests`` ``n/a``.
 
 ``--steady SECONDS``: the operator at rest with ``--partitions`` Partition resources (stand-in
-brokers unless ``HYBRIDMQ_TEST_BROKER=real``): its RSS, CPU per second and the API requests per
-second over that time.
+brokers unless ``HYBRIDMQ_TEST_BROKER=real``): its RSS (the most seen), CPU per second, the API
+requests per second and its full and skipped rounds over that time. The window starts once the
+operator has applied no change for ``--settle-quiet`` seconds (after placement it still writes
+each partition's first reported figures, a few a round), plus ``--warmup``.
 
 Attaches to ``$LOCALCLUSTER_DIR`` when set, otherwise starts (and stops) a cluster of its own. The
 last line is ``partitions=… all_primaries_s=… first_ack_p99_s=… operator_cpu_s=… api_requests=…``
@@ -49,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+from prometheus_client.parser import text_string_to_metric_families
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "hack"), str(REPO / "tests/k8s"), str(REPO / "bench")]
@@ -105,6 +108,34 @@ def operator_cpu(op: OperatorProcess) -> float:
 def operator_rss_mb(op: OperatorProcess) -> float:
     assert op.proc is not None
     return float(psutil.Process(op.proc.pid).memory_info().rss) / 2**20
+
+
+def operator_counter(op: OperatorProcess, name: str) -> dict[str, float]:
+    """One of the operator's counters from its metrics endpoint, by its ``kind`` label."""
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(op.http_get(op.metrics_port, "/metrics")):
+        for sample in family.samples:
+            if sample.name == name:
+                kind = sample.labels.get("kind", "")
+                out[kind] = out.get(kind, 0.0) + sample.value
+    return out
+
+
+def wait_settled(op: OperatorProcess, quiet_s: float, timeout: float) -> float:
+    """Until the operator has applied no change for ``quiet_s`` (after placement it still writes
+    each partition's first reported figures, a few per round): the steady state starts there.
+    Returns the seconds waited."""
+    t0 = time.monotonic()
+    last, since = -1.0, t0
+    while time.monotonic() - t0 < timeout:
+        changes = sum(operator_counter(op, "hybridmq_operator_changes_total").values())
+        now = time.monotonic()
+        if changes != last:
+            last, since = changes, now
+        elif now - since >= quiet_s:
+            return now - t0
+        time.sleep(1.0)
+    raise RuntimeError(f"the operator still applied changes {timeout:.0f}s after placement")
 
 
 def cluster_body(
@@ -477,15 +508,20 @@ def steady(cluster: LocalCluster, ns: str, args: argparse.Namespace) -> dict[str
         print(
             f"{args.partitions} partitions placed and in sync in {placed_s:.1f}s (load {load()})", flush=True
         )
+        settled_s = wait_settled(op, args.settle_quiet, args.place_timeout)
+        print(f"no change applied for {args.settle_quiet:.0f}s, {settled_s:.1f}s after placement", flush=True)
         time.sleep(args.warmup)
         load_before = load()
+        rounds0 = operator_counter(op, "hybridmq_operator_rounds_total")
         cpu0, req0, t0 = operator_cpu(op), apiserver_requests(cluster), time.monotonic()
         rss: list[float] = []
         while time.monotonic() - t0 < args.steady:
             rss.append(operator_rss_mb(op))
             time.sleep(5)
         cpu1, req1, t1 = operator_cpu(op), apiserver_requests(cluster), time.monotonic()
+        rounds1 = operator_counter(op, "hybridmq_operator_rounds_total")
         rss.append(operator_rss_mb(op))
+        rounds = {k: int(rounds1.get(k, 0) - rounds0.get(k, 0)) for k in ("full", "skipped")}
         return {
             "mode": "steady",
             "broker": os.environ.get("HYBRIDMQ_TEST_BROKER", "stub"),
@@ -493,7 +529,10 @@ def steady(cluster: LocalCluster, ns: str, args: argparse.Namespace) -> dict[str
             "clusters": count,
             "mms": args.mms,
             "placed_s": round(placed_s, 1),
+            "settled_s": round(settled_s, 1),
+            "rss_mb_settled": round(rss[0], 1),
             "seconds": round(t1 - t0, 1),
+            "rounds": rounds,
             "operator_rss_mb": round(max(rss), 1),
             "operator_cpu_pct": round(100 * (cpu1 - cpu0) / (t1 - t0), 2),
             "api_requests_per_s": round((req1 - req0) / (t1 - t0), 1),
@@ -517,6 +556,9 @@ def main() -> int:
     parser.add_argument("--after", type=float, default=8.0, help="seconds of load after the reassignment")
     parser.add_argument("--place-timeout", type=float, default=1200.0)
     parser.add_argument("--steady", type=float, default=0.0, help="steady-state mode for this many seconds")
+    parser.add_argument(
+        "--settle-quiet", type=float, default=15.0, help="--steady: no change applied this long = settled"
+    )
     parser.add_argument(
         "--local", action="store_true", help="hybridmq local and its controller, no Kubernetes"
     )

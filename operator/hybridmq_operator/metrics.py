@@ -32,6 +32,11 @@ RECONCILE_SECONDS = Histogram(
     ["cluster"],
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0),
 )
+ROUNDS = Counter(
+    "hybridmq_operator_rounds_total",
+    "Reconcile rounds: full, or skipped because nothing changed since a round that left the cluster settled",
+    ["cluster", "kind"],
+)
 CHANGES = Counter("hybridmq_operator_changes_total", "Planner changes applied", ["cluster", "kind"])
 CONFLICTS = Counter(
     "hybridmq_operator_write_conflicts_total", "Writes refused because the view was stale", ["cluster"]

@@ -7,12 +7,13 @@ that is most of the operator's CPU, even when nothing happens. A round is skippe
   resourceVersion), every pod, StatefulSet and Partition (by identity: the indexes keep a new copy
   for every watch event, and an old copy is kept here, so its identity cannot be reused), and every
   MM Lease apart from its renewal time (renewals come every few seconds and change nothing else);
-* that round left nothing in flight: it planned no change, every MM was alive, ready and not
-  stopping, no roll step or scale-down was under way, and no write waits for the watch;
+* that round left nothing in flight (``settled``): it planned no change, every MM was alive, ready
+  and not stopping, no roll step or scale-down was under way, no write waits for the watch, and no
+  drained partition waits for its retention to end (the one decision that time alone makes);
 * no Lease runs out before the next round could see it (so a lost MM is detected as fast as
   before);
-* the last full round is younger than ``MAX_QUIET_S``: what changes with time alone (a pod stuck
-  for a while, a drained partition's retention) is seen at most that much later.
+* the last full round is younger than ``MAX_QUIET_S``: a safety net, the longest anything the
+  rounds above do not foresee (a node's labels, say) goes unseen.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from hybridmq_operator import observe
 
 Body = Mapping[str, Any]
 
-MAX_QUIET_S = 2.0
+MAX_QUIET_S = 10.0
 # A Lease this close to its end is watched every round: it may be the start of a failover.
 EXPIRY_MARGIN_S = 1.0
 
@@ -110,12 +111,14 @@ def settled(
     unwatched_writes: bool,
     follow_ups: bool,
     planned: bool,
+    retention_pending: bool,
     mms: Iterable[MessageManager],
 ) -> bool:
     """Whether a full round left nothing in flight, so that the next may be skipped if it would read
     the same: no change planned and every planned one applied; not waiting for the first MMs; no
     scale-down refused; no roll step; no write that the watch has not shown back yet and no follow-up
-    of one; the round planned at all (``planned``: its plan's fingerprint is kept); and every MM
+    of one; the round planned at all (``planned``: its plan's fingerprint is kept); no drained
+    partition waiting for its retention to end (time alone decides its deletion); and every MM
     alive, ready, accounted for and not stopping (a stopping MM hands off as its Lease says)."""
     return (
         not changes_planned
@@ -126,6 +129,7 @@ def settled(
         and not unwatched_writes
         and not follow_ups
         and planned
+        and not retention_pending
         and all(m.alive and m.ready and m.accounted and not m.stopping for m in mms)
     )
 

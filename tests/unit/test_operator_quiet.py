@@ -132,6 +132,7 @@ def _settled_round(**changed: Any) -> bool:
         "unwatched_writes": False,
         "follow_ups": False,
         "planned": True,
+        "retention_pending": False,
         "mms": [MessageManager(name=f"c-mm-{i}") for i in range(3)],
     }
     return settled(**{**conditions, **changed})
@@ -152,6 +153,7 @@ def test_a_round_that_left_nothing_in_flight_is_settled() -> None:
         {"unwatched_writes": True},
         {"follow_ups": True},
         {"planned": False},
+        {"retention_pending": True},
     ],
     ids=lambda c: next(iter(c)),
 )

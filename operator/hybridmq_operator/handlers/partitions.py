@@ -309,7 +309,9 @@ async def reconcile_round(
     sets = indexes.values(statefulsets_index, key) if statefulsets_index is not None else ()
     inputs = quiet.Inputs.of(body, pods, leases, indexed, sets)
     if rec.quiet.skip(inputs, time.monotonic(), datetime.now(UTC), INTERVAL_S):
+        metrics.ROUNDS.labels(rec.name, "skipped").inc()
         return Plan()
+    metrics.ROUNDS.labels(rec.name, "full").inc()
     snapshot = observe.Snapshot(
         cluster=dict(body), pods=pods, leases=leases, partitions=rec.partitions(indexed)
     )
@@ -404,6 +406,7 @@ async def reconcile_round(
         unwatched_writes=bool(rec.written),
         follow_ups=bool(rec.behind),
         planned=rec.fingerprint is not None,
+        retention_pending=any(p.status is not None and p.status.drained_since for p in state.partitions),
         mms=state.message_managers,
     )
     rec.quiet.full_round(inputs, settled, time.monotonic())
