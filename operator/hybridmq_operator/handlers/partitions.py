@@ -38,6 +38,7 @@ from hybridmq_operator import (
     incarnations,
     index_sync,
     kube,
+    memory,
     metrics,
     names,
     observe,
@@ -110,6 +111,7 @@ class Reconciler:
         self.roll = RollReporter()
         self.statefulsets_index: kopf.Index[indexes.Key, Any] | None = None
         self.quiet = quiet.QuietRounds()
+        self.bursts = memory.AfterBursts()
 
     def record_failovers(
         self, body: Mapping[str, Any], state: Any, records: list[tuple[str, FailoverRecord]], now: datetime
@@ -301,7 +303,6 @@ async def reconcile_round(
     statefulsets_index: kopf.Index[indexes.Key, Any] | None = None,
 ) -> Plan:
     key = (rec.namespace, rec.name)
-    settings = ClusterSettings.from_body(body)
     if not rec.map.loaded:
         await asyncio.to_thread(rec.map.load)
     pods, leases = indexes.values(pods_index, key), indexes.values(leases_index, key)
@@ -312,6 +313,8 @@ async def reconcile_round(
         metrics.ROUNDS.labels(rec.name, "skipped").inc()
         return Plan()
     metrics.ROUNDS.labels(rec.name, "full").inc()
+    # Parsed after the skip: 0.26 ms, about half of what a skipped round of 1,000 partitions costs.
+    settings = ClusterSettings.from_body(body)
     snapshot = observe.Snapshot(
         cluster=dict(body), pods=pods, leases=leases, partitions=rec.partitions(indexed)
     )
@@ -410,6 +413,8 @@ async def reconcile_round(
         mms=state.message_managers,
     )
     rec.quiet.full_round(inputs, settled, time.monotonic())
+    if rec.bursts.due(len(result.changes), settled):
+        await asyncio.to_thread(memory.release_freed_memory)
     return result
 
 
