@@ -6,8 +6,8 @@ Options (each also from an environment variable, for the chart's Deployment):
   ``--all-namespaces`` (``HYBRIDMQ_OPERATOR_CLUSTERWIDE=1``): what to serve (default: all);
 * ``--peering NAME`` (``HYBRIDMQ_OPERATOR_PEERING``): Kopf peering object for HA (the KopfPeering
   or ClusterKopfPeering CRD must be installed), ``--standalone`` to run without peering,
-  ``--priority N|auto`` (``HYBRIDMQ_OPERATOR_PRIORITY``, default ``auto``: the start time in
-  milliseconds, so the newest operator works and an older one pauses, see ``peering.py``),
+  ``--priority N|auto`` (``HYBRIDMQ_OPERATOR_PRIORITY``, default ``auto``: the start time,
+  with a tie-breaker, so the newest operator works and an older one pauses, see ``peering.py``),
   ``--peering-lifetime S`` (``HYBRIDMQ_OPERATOR_PEERING_LIFETIME``, default 15); the peering
   identity is ``$POD_ID`` (the pod's name, from the downward API) when set;
 * ``--liveness URL`` (``HYBRIDMQ_OPERATOR_LIVENESS``, e.g. ``http://0.0.0.0:8080/healthz``);

@@ -7,9 +7,12 @@ conflicts until the others' records expire. Two choices keep a restarted operato
 
 * the identity is stable per pod (``POD_ID``, else ``POD_NAME``: the pod's name from the downward
   API), so an operator whose container crashed and restarted finds its own record, not a rival;
-* the default priority is ``auto``: the operator's start time in milliseconds, so an operator in
-  a new pod outranks the dead one it replaces and works at once (an older live one pauses in its
-  favour instead of both pausing). An explicit integer still works for fixed roles.
+* the default priority is ``auto``: the operator's start time in microseconds, times 1,000, plus a
+  tie-breaker below 1,000 drawn from the identity (random without one). An operator in a new pod
+  outranks the dead one it replaces and works at once (an older live one pauses in its favour
+  instead of both pausing), and two replicas started in the same instant still differ: with equal
+  priorities Kopf would pause both for as long as both live, and nothing would be reconciled. An
+  explicit integer still works for fixed roles.
 
 ``python -m hybridmq_operator.peering`` prints the manifests (CRDs + a namespaced and a
 cluster-wide peering object) for the chart.
@@ -19,8 +22,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import sys
 import time
+import zlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -30,16 +35,27 @@ from kopf._core.engines.peering import Identity
 PEERING_NAME = "hybridmq"
 AUTO = "auto"
 DEFAULT_LIFETIME_S = 15
+TIE_BREAKERS = 1_000
 
 
 def parse_priority(value: str) -> int:
-    """``auto`` (the start time in ms: newer operators outrank older ones) or an integer."""
+    """``auto`` (see :func:`auto_priority`) or an integer."""
     if value.strip().lower() == AUTO:
-        return time.time_ns() // 1_000_000
+        return auto_priority(identity(), time.time_ns())
     try:
         return int(value)
     except ValueError:
         raise argparse.ArgumentTypeError(f"priority must be an integer or {AUTO!r}, not {value!r}") from None
+
+
+def auto_priority(who: str | None, now_ns: int) -> int:
+    """The start time in µs times ``TIE_BREAKERS`` plus a draw below it: later starts rank higher,
+    and operators of the same instant differ unless their identities' draws collide (1 in 1,000).
+
+    Fits Kubernetes' int64 JSON numbers until the year 2262 (µs since 1970 times 1,000 < 2**63).
+    """
+    draw = zlib.crc32(who.encode()) if who else random.getrandbits(32)
+    return (now_ns // 1_000) * TIE_BREAKERS + draw % TIE_BREAKERS
 
 
 def parse_lifetime(value: str) -> int:

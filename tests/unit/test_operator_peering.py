@@ -14,7 +14,46 @@ def test_auto_priority_is_the_start_time_so_a_later_operator_outranks_an_earlier
     first = parse_args(["--peering", "hybridmq", "--priority", "auto"]).priority
     time.sleep(0.01)
     second = parse_args(["--peering", "hybridmq"]).priority  # auto is the default
-    assert second > first and abs(first - time.time() * 1000) < 60_000
+    assert second > first
+    assert abs(first / 1_000_000 - time.time() * 1000) < 60_000  # µs times 1,000
+
+
+def test_two_replicas_started_in_the_same_instant_get_different_priorities(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Two pods of one Deployment once started in the same millisecond, got equal priorities and
+    # both paused for good. Same clock reading here, down to the nanosecond: they must still differ.
+    monkeypatch.setattr(time, "time_ns", lambda: 1_795_812_783_040_123_456)
+    priorities = {}
+    for pod in ("hybridmq-operator-7d9f8-abcde", "hybridmq-operator-7d9f8-fghij"):
+        monkeypatch.setenv("POD_ID", pod)
+        priorities[pod] = parse_args(["--peering", "hybridmq"]).priority
+    assert len(set(priorities.values())) == 2, priorities
+    # The same pod restarting in that instant keeps its draw (its own record, not a rival's).
+    monkeypatch.setenv("POD_ID", "hybridmq-operator-7d9f8-abcde")
+    assert parse_args([]).priority == priorities["hybridmq-operator-7d9f8-abcde"]
+
+
+def test_without_a_pod_name_the_tie_breaker_is_random(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("POD_ID", raising=False)
+    monkeypatch.delenv("POD_NAME", raising=False)
+    monkeypatch.setattr(time, "time_ns", lambda: 1_795_812_783_040_123_456)
+    drawn = {parse_args([]).priority for _ in range(20)}
+    assert len(drawn) > 1  # twenty equal draws of 1,000: never in practice
+
+
+@pytest.mark.parametrize("later_by_ns", [1_000, 1_000_000])
+def test_a_later_start_outranks_whatever_the_tie_breakers(later_by_ns: int) -> None:
+    start = 1_795_812_783_040_123_000
+    pods = [f"hybridmq-operator-{i:05d}" for i in range(200)]
+    earliest_latecomer = min(peering.auto_priority(pod, start + later_by_ns) for pod in pods)
+    latest_early_one = max(peering.auto_priority(pod, start) for pod in pods)
+    assert earliest_latecomer > latest_early_one
+
+
+def test_auto_priority_fits_a_kubernetes_integer_for_any_clock_reading() -> None:
+    # The peering record is JSON in the API server: int64. time_ns() itself is int64 until 2262.
+    assert peering.auto_priority("hybridmq-operator-zzzzz", 2**63 - 1) < 2**63
 
 
 def test_explicit_priority_and_lifetime_from_flags_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:
