@@ -230,6 +230,15 @@ def test_standalone_operators_cannot_be_replicated() -> None:
     assert only(render("peering.enabled=false", "operator.replicas=1"), "Deployment")["spec"]["replicas"] == 1
 
 
+def test_replicated_operators_cannot_share_a_fixed_priority() -> None:
+    """Equal priorities pause every operator that sees the other: refused, not installed idle."""
+    done = helm("template", "rel", str(CHART), "--set", "peering.priority=100", check=False)
+    assert done.returncode != 0
+    assert "operator.replicas > 1 needs peering.priority=auto" in done.stderr
+    single = only(render("peering.priority=100", "operator.replicas=1"), "Deployment")
+    assert "--priority=100" in _container(single)["args"]
+
+
 def test_deployment_liveness_probe_hits_kopf_liveness_endpoint(deployment: Manifest) -> None:
     container = _container(deployment)
     probe = container["livenessProbe"]["httpGet"]
@@ -311,7 +320,8 @@ def test_deployment_args_parse_with_the_operator_cli(sets: list[str]) -> None:
     else:
         assert args.all_namespaces and args.peering == "rel-hybridmq" and not args.standalone
         # "auto": the start time in milliseconds (later operators outrank earlier ones).
-        assert abs(args.priority - time.time() * 1000) < 60_000 and args.peering_lifetime == 15
+        assert abs(args.priority // 1_000_000 - time.time() * 1000) < 60_000  # µs times 1,000
+        assert args.peering_lifetime == 15
 
 
 def test_deployment_namespaced_and_standalone() -> None:
