@@ -71,7 +71,7 @@ from operator_harness import (  # noqa: E402
     wait_for,
 )
 
-from hybridmq.api.resources import BrokerClusterSpec  # noqa: E402
+from hybridmq.api.resources import LABEL_CLUSTER, BrokerClusterSpec  # noqa: E402
 from hybridmq.local.runner import LocalCluster as BrokerOnlyCluster  # noqa: E402
 from localcluster import LocalCluster  # noqa: E402
 
@@ -160,7 +160,7 @@ def fixed(kube: Kube, clusters: tuple[str, ...] = (NAME,)) -> list[dict[str, Any
     out: list[dict[str, Any]] = []
     for cluster in clusters:
         items = kube.custom.list_namespaced_custom_object(
-            GROUP, VERSION, kube.namespace, "partitions", label_selector=f"hybridmq.io/cluster={cluster}"
+            GROUP, VERSION, kube.namespace, "partitions", label_selector=f"{LABEL_CLUSTER}={cluster}"
         )["items"]
         out.extend(p for p in items if p["spec"]["type"] == "fixed")
     return sorted(out, key=lambda p: p["metadata"]["name"])

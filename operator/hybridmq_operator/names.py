@@ -7,6 +7,10 @@ strings; they are plain constants so that neither side has to import the other.
 from collections.abc import Callable
 from typing import Final
 
+# Shared with the brokers, whose Partition watch selects on the cluster label.
+from hybridmq.api.resources import LABEL_CLUSTER as LABEL_CLUSTER
+from hybridmq.api.resources import LABEL_PARTITION_TYPE as LABEL_PARTITION_TYPE
+
 GROUP: Final = "hybridmq.io"
 VERSION: Final = "v1alpha1"
 API_VERSION: Final = f"{GROUP}/{VERSION}"
@@ -34,9 +38,7 @@ LABEL_INSTANCE: Final = "app.kubernetes.io/instance"
 LABEL_COMPONENT: Final = "app.kubernetes.io/component"
 LABEL_MANAGED_BY: Final = "app.kubernetes.io/managed-by"
 LABEL_PART_OF: Final = "app.kubernetes.io/part-of"
-LABEL_CLUSTER: Final = "hybridmq.io/cluster"
 LABEL_ROLE: Final = "hybridmq.io/role"
-LABEL_PARTITION_TYPE: Final = "hybridmq.io/partition-type"
 
 # Annotations.
 ANNOTATION_CONFIG_DIGEST: Final = "hybridmq.io/config-digest"
