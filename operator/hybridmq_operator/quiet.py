@@ -10,10 +10,15 @@ that is most of the operator's CPU, even when nothing happens. A round is skippe
 * that round left nothing in flight (``settled``): it planned no change, every MM was alive, ready
   and not stopping, no roll step or scale-down was under way, no write waits for the watch, and no
   drained partition waits for its retention to end (the one decision that time alone makes);
-* no Lease runs out before the next round could see it (so a lost MM is detected as fast as
-  before);
+* no Lease has run out (an MM is lost when its Lease has, so the round that could first see a
+  loss always runs in full: quiet rounds never delay a failover);
 * the last full round is younger than ``MAX_QUIET_S``: a safety net, the longest anything the
   rounds above do not foresee (a node's labels, say) goes unseen.
+
+A quiet cluster's daemon does not even poll (``QuietRounds.sleep_for``): it sleeps until the
+earliest MM Lease could run out or the safety bound ends, and the watch events of what a round reads
+wake it sooner (a pod at once; a Partition, a Lease whose content changed, a StatefulSet or the
+BrokerCluster no sooner than the usual interval after the last round).
 """
 
 from __future__ import annotations
@@ -24,17 +29,18 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from hybridmq.planner.roll import RollDecision
-from hybridmq.planner.state import MessageManager
+from hybridmq.planner.state import MessageManager, PartitionInfo
 from hybridmq_operator import observe
 
 Body = Mapping[str, Any]
 
 MAX_QUIET_S = 10.0
-# A Lease this close to its end is watched every round: it may be the start of a failover.
-EXPIRY_MARGIN_S = 1.0
+# A Lease this close to its end counts as run out, and a quiet daemon sleeps this much past the
+# end: a timer that fires a little early still finds the Lease over (and its MM lost) at once.
+EXPIRY_MARGIN_S = 0.05
 
 
-def _lease_shape(lease: Body) -> tuple[Any, ...]:
+def lease_shape(lease: Body) -> tuple[Any, ...]:
     """A Lease without what every renewal changes (renewTime, resourceVersion)."""
     meta = lease.get("metadata") or {}
     spec = {k: v for k, v in (lease.get("spec") or {}).items() if k != "renewTime"}
@@ -72,7 +78,7 @@ class Inputs:
             pods=pods,
             statefulsets=statefulsets,
             partitions=partitions,
-            leases=tuple(_lease_shape(lease) for lease in leases),
+            leases=tuple(lease_shape(lease) for lease in leases),
             lease_expiry=min(expiries, default=None),
         )
 
@@ -99,6 +105,11 @@ def roll_idle(roll: RollDecision | None, watched: bool) -> bool:
         and roll.unmark is None
         and roll.delete is None
     )
+
+
+def retention_pending(partitions: Iterable[PartitionInfo]) -> bool:
+    """Some drained partition waits for its retention to end: time alone will delete it."""
+    return any(p.status is not None and p.status.drained_since is not None for p in partitions)
 
 
 def settled(
@@ -143,15 +154,17 @@ class QuietRounds:
         self.settled = False
         self.full_round_at = float("-inf")
         self.skipped = 0
+        self.lease_expiry: datetime | None = None  # the earliest, as the last round read them
 
-    def skip(self, inputs: Inputs, monotonic: float, now: datetime, interval_s: float) -> bool:
+    def skip(self, inputs: Inputs, monotonic: float, now: datetime) -> bool:
         """Whether this round may be skipped (``monotonic``: time.monotonic(); ``now``: wall clock
-        in UTC, the Leases' clock; ``interval_s``: the time to the next round)."""
+        in UTC, the Leases' clock)."""
+        self.lease_expiry = inputs.lease_expiry
         last = self.last
         if last is None or not self.settled or monotonic - self.full_round_at >= self.max_quiet_s:
             return False
-        horizon = now + timedelta(seconds=interval_s + EXPIRY_MARGIN_S)
-        if inputs.lease_expiry is not None and horizon >= inputs.lease_expiry:
+        ends = inputs.lease_expiry
+        if ends is not None and ends <= now + timedelta(seconds=EXPIRY_MARGIN_S):
             return False
         if not inputs.same_as(last):
             return False
@@ -161,6 +174,20 @@ class QuietRounds:
     def full_round(self, inputs: Inputs, settled: bool, monotonic: float) -> None:
         """A full round ran on ``inputs``; ``settled``: it left nothing in flight."""
         self.last, self.settled, self.full_round_at = inputs, settled, monotonic
+        self.lease_expiry = inputs.lease_expiry
+
+    def sleep_for(self, monotonic: float, now: datetime, interval_s: float) -> float:
+        """How long the daemon may sleep unless an event wakes it: ``interval_s`` while anything is
+        in flight; on a settled cluster until the next round could no longer be skipped: just
+        after the earliest Lease runs out (unless renewed meanwhile, which the round then sees)
+        or when the safety bound ends. A killed MM is seen lost by the round that wakes at its
+        Lease's end, earlier than by rounds every ``interval_s``."""
+        if self.last is None or not self.settled:
+            return interval_s
+        until = self.full_round_at + self.max_quiet_s - monotonic
+        if self.lease_expiry is not None:
+            until = min(until, (self.lease_expiry - now).total_seconds() + EXPIRY_MARGIN_S)
+        return max(interval_s, until)
 
     def reset(self) -> None:
         """The last round failed: the next one runs in full."""

@@ -54,7 +54,7 @@ def _settled(w: dict[str, Any], at: float = 100.0) -> QuietRounds:
 def test_a_round_that_would_read_the_same_on_a_settled_cluster_is_skipped() -> None:
     w = _world()
     q = _settled(w)
-    assert q.skip(_inputs(w), 100.25, NOW + timedelta(seconds=0.25), 0.25)
+    assert q.skip(_inputs(w), 100.25, NOW + timedelta(seconds=0.25))
     assert q.skipped == 1
 
 
@@ -63,9 +63,9 @@ def test_lease_renewals_alone_are_no_change_but_a_new_report_is() -> None:
     q = _settled(w)
     renewed = NOW + timedelta(seconds=1)
     w["leases"] = [_lease(f"c-mm-{i}", renewed) for i in range(3)]
-    assert q.skip(_inputs(w), 101.0, renewed, 0.25)
+    assert q.skip(_inputs(w), 101.0, renewed)
     w["leases"][1] = _lease("c-mm-1", renewed, report="r2")
-    assert not q.skip(_inputs(w), 101.0, renewed, 0.25)
+    assert not q.skip(_inputs(w), 101.0, renewed)
 
 
 def test_any_new_copy_of_a_partition_pod_or_statefulset_is_a_change_even_if_equal() -> None:
@@ -76,49 +76,101 @@ def test_any_new_copy_of_a_partition_pod_or_statefulset_is_a_change_even_if_equa
         items = list(w[kind])
         items[0] = copy.deepcopy(items[0])
         w[kind] = tuple(items)
-        assert not q.skip(_inputs(w), 100.5, NOW, 0.25), kind
+        assert not q.skip(_inputs(w), 100.5, NOW), kind
 
 
 def test_a_partition_gone_from_the_index_is_a_change() -> None:
     w = _world()
     q = _settled(w)
     w["partitions"] = w["partitions"][:-1]
-    assert not q.skip(_inputs(w), 100.5, NOW, 0.25)
+    assert not q.skip(_inputs(w), 100.5, NOW)
 
 
 def test_a_changed_broker_cluster_is_a_change() -> None:
     w = _world()
     q = _settled(w)
     w["cluster"] = {"metadata": {"name": "c", "resourceVersion": "8"}}
-    assert not q.skip(_inputs(w), 100.5, NOW, 0.25)
+    assert not q.skip(_inputs(w), 100.5, NOW)
 
 
-def test_a_lease_close_to_its_end_is_watched_every_round() -> None:
-    """An MM that stopped renewing must be seen as lost as fast as without quiet rounds."""
+def test_a_round_that_could_see_a_lease_run_out_is_never_skipped() -> None:
+    """An MM that stopped renewing must be seen as lost as fast as without quiet rounds: the MM
+    is lost once its Lease has run out, so from then on no round is skipped."""
     w = _world()
     q = _settled(w)
-    # Renewed at NOW with a 10 s lease: 8.5 s later the lease has 1.5 s left, more than the
-    # next round's 0.25 s and the margin; at 9 s it has 1 s left: no more skipping.
-    assert q.skip(_inputs(w), 100.5, NOW + timedelta(seconds=8.5), 0.25)
-    assert not q.skip(_inputs(w), 100.6, NOW + timedelta(seconds=9.0), 0.25)
+    # Renewed at NOW with a 10 s lease.
+    assert q.skip(_inputs(w), 100.5, NOW + timedelta(seconds=9.9))
+    assert not q.skip(_inputs(w), 100.6, NOW + timedelta(seconds=10.0))
+    assert not q.skip(_inputs(w), 100.7, NOW + timedelta(seconds=12.0))
 
 
 def test_an_unsettled_round_or_a_failed_one_is_followed_by_a_full_round() -> None:
     w = _world()
     q = QuietRounds(max_quiet_s=2.0)
-    assert not q.skip(_inputs(w), 100.0, NOW, 0.25)  # nothing ran yet
+    assert not q.skip(_inputs(w), 100.0, NOW)  # nothing ran yet
     q.full_round(_inputs(w), settled=False, monotonic=100.0)
-    assert not q.skip(_inputs(w), 100.25, NOW, 0.25)
+    assert not q.skip(_inputs(w), 100.25, NOW)
     q.full_round(_inputs(w), settled=True, monotonic=100.5)
     q.reset()
-    assert not q.skip(_inputs(w), 100.75, NOW, 0.25)
+    assert not q.skip(_inputs(w), 100.75, NOW)
 
 
 def test_a_full_round_runs_at_least_every_max_quiet_seconds() -> None:
     w = _world()
     q = _settled(w, at=100.0)
-    assert q.skip(_inputs(w), 101.9, NOW, 0.25)
-    assert not q.skip(_inputs(w), 102.0, NOW, 0.25)
+    assert q.skip(_inputs(w), 101.9, NOW)
+    assert not q.skip(_inputs(w), 102.0, NOW)
+
+
+def test_a_busy_or_unsettled_cluster_is_polled_every_interval() -> None:
+    w = _world()
+    q = QuietRounds(max_quiet_s=10.0)
+    assert q.sleep_for(100.0, NOW, 0.25) == 0.25  # nothing ran yet
+    q.full_round(_inputs(w), settled=False, monotonic=100.0)
+    assert q.sleep_for(100.0, NOW, 0.25) == 0.25
+
+
+def test_a_settled_cluster_sleeps_until_just_after_its_earliest_lease_ends() -> None:
+    w = _world()
+    w["leases"][2] = _lease("c-mm-2", NOW - timedelta(seconds=3))  # the earliest: ends at NOW + 7
+    q = QuietRounds(max_quiet_s=60.0)
+    q.full_round(_inputs(w), settled=True, monotonic=100.0)
+    slept = q.sleep_for(100.0, NOW, 0.25)
+    assert 7.0 <= slept <= 7.1
+    # Woken then, with that Lease not renewed, the round runs in full and its MM is already lost
+    # by then (the Lease is over): the failover starts in that very round.
+    woken = NOW + timedelta(seconds=slept)
+    assert woken > NOW + timedelta(seconds=7)
+    assert not q.skip(_inputs(w), 100.0 + slept, woken)
+    # A timer that fires a little early finds the same.
+    assert not q.skip(_inputs(w), 100.0 + slept - 0.04, woken - timedelta(seconds=0.04))
+
+
+def test_a_settled_cluster_sleeps_no_longer_than_the_safety_bound() -> None:
+    w = _world()
+    w["leases"] = [_lease(f"c-mm-{i}", NOW, duration=3600) for i in range(3)]
+    q = QuietRounds(max_quiet_s=10.0)
+    q.full_round(_inputs(w), settled=True, monotonic=100.0)
+    assert q.sleep_for(100.0, NOW, 0.25) == pytest.approx(10.0)
+    assert q.sleep_for(104.0, NOW + timedelta(seconds=4), 0.25) == pytest.approx(6.0)
+    assert not q.skip(_inputs(w), 110.0, NOW + timedelta(seconds=10))  # the bound
+
+
+def test_renewals_seen_by_a_skipped_round_push_the_next_wake_up_back() -> None:
+    w = _world()
+    q = QuietRounds(max_quiet_s=60.0)
+    q.full_round(_inputs(w), settled=True, monotonic=100.0)
+    first = q.sleep_for(100.0, NOW, 0.25)
+    renewed = NOW + timedelta(seconds=first)
+    w["leases"] = [_lease(f"c-mm-{i}", renewed) for i in range(3)]
+    assert q.skip(_inputs(w), 100.0 + first, renewed)
+    assert 10.0 <= q.sleep_for(100.0 + first, renewed, 0.25) <= 10.1
+
+
+def test_a_lease_already_near_its_end_is_polled_every_interval() -> None:
+    w = _world()
+    q = _settled(w)
+    assert q.sleep_for(100.0, NOW + timedelta(seconds=9.9), 0.25) == 0.25
 
 
 def _settled_round(**changed: Any) -> bool:

@@ -309,11 +309,11 @@ async def reconcile_round(
     indexed = indexes.values(partitions_index, key)
     sets = indexes.values(statefulsets_index, key) if statefulsets_index is not None else ()
     inputs = quiet.Inputs.of(body, pods, leases, indexed, sets)
-    if rec.quiet.skip(inputs, time.monotonic(), datetime.now(UTC), INTERVAL_S):
+    if rec.quiet.skip(inputs, time.monotonic(), datetime.now(UTC)):
         metrics.ROUNDS.labels(rec.name, "skipped").inc()
         return Plan()
     metrics.ROUNDS.labels(rec.name, "full").inc()
-    # Parsed after the skip: 0.26 ms, about half of what a skipped round of 1,000 partitions costs.
+    # Parsed after the skip: a skipped round should cost next to nothing (see docs/operator.md).
     settings = ClusterSettings.from_body(body)
     snapshot = observe.Snapshot(
         cluster=dict(body), pods=pods, leases=leases, partitions=rec.partitions(indexed)
@@ -409,7 +409,7 @@ async def reconcile_round(
         unwatched_writes=bool(rec.written),
         follow_ups=bool(rec.behind),
         planned=rec.fingerprint is not None,
-        retention_pending=any(p.status is not None and p.status.drained_since for p in state.partitions),
+        retention_pending=quiet.retention_pending(state.partitions),
         mms=state.message_managers,
     )
     rec.quiet.full_round(inputs, settled, time.monotonic())
@@ -445,8 +445,8 @@ async def reconcile_partitions(
     )
     rec = Reconciler(name, namespace)
     rec.statefulsets_index = kwargs.get("broker_statefulsets")
-    wake = indexes.wakeup((namespace, name))
     key = (namespace, name)
+    wake, changed = indexes.wakeup(key), indexes.changes(key)
 
     def indexed() -> dict[str, frozenset[str]]:
         return {
@@ -461,7 +461,7 @@ async def reconcile_partitions(
     try:
         # After a peering pause Kopf re-lists while this daemon starts: never plan on half a view.
         await index_sync.wait_until_indexed(namespace, name, indexed, logger)
-        await _loop(rec, body, stopped, logger, broker_pods, mm_leases, cluster_partitions, wake)
+        await _loop(rec, body, stopped, logger, broker_pods, mm_leases, cluster_partitions, wake, changed)
     finally:
         rec.pool.shutdown(wait=False)
 
@@ -475,15 +475,19 @@ async def _loop(
     mm_leases: kopf.Index[indexes.Key, Any],
     cluster_partitions: kopf.Index[indexes.Key, Any],
     wake: asyncio.Event,
+    changed: asyncio.Event,
 ) -> None:
     name = rec.name
     while not stopped:
         started = time.monotonic()
-        delay = INTERVAL_S
+        # Cleared before the round reads its inputs: an event during the round wakes the next one.
+        wake.clear()
+        changed.clear()
         try:
             await reconcile_round(
                 rec, body, broker_pods, mm_leases, cluster_partitions, logger, rec.statefulsets_index
             )
+            delay = rec.quiet.sleep_for(time.monotonic(), datetime.now(UTC), INTERVAL_S)
         except Exception as exc:
             metrics.ERRORS.labels(name).inc()
             logger.warning("reconcile round failed: %s", exc)
@@ -492,8 +496,33 @@ async def _loop(
             delay = ERROR_BACKOFF_S
         finally:
             metrics.RECONCILE_SECONDS.labels(name).observe(time.monotonic() - started)
-        wake.clear()
-        try:
-            await asyncio.wait_for(wake.wait(), delay)
-        except TimeoutError:
-            pass
+        await _sleep(wake, changed, stopped, delay, started + INTERVAL_S)
+
+
+async def _sleep(
+    wake: asyncio.Event, changed: asyncio.Event, stopped: kopf.DaemonStopped, delay: float, not_before: float
+) -> None:
+    """Sleep ``delay`` seconds or until ``wake`` is set (or the daemon is stopped). ``changed`` cuts
+    a longer sleep short too, but not below ``not_before`` (monotonic): a burst of Partition writes
+    does not turn the rounds into a busy loop."""
+
+    async def until_stopped() -> None:
+        await stopped.wait()
+
+    waits = {
+        asyncio.ensure_future(wake.wait()),
+        asyncio.ensure_future(changed.wait()),
+        asyncio.ensure_future(until_stopped()),
+    }
+    try:
+        await asyncio.wait(waits, timeout=delay, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiting in waits:
+            waiting.cancel()
+    if not wake.is_set() and changed.is_set() and not stopped:
+        rest = not_before - time.monotonic()
+        if rest > 0:
+            try:
+                await asyncio.wait_for(wake.wait(), rest)
+            except TimeoutError:
+                pass
