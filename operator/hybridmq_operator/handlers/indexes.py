@@ -13,6 +13,7 @@ from typing import Any
 import kopf
 
 from hybridmq_operator import kube, names, quiet
+from hybridmq_operator.handlers.silent import silent
 
 Key = tuple[str, str]
 
@@ -63,7 +64,7 @@ def broker_pods(
     return {(namespace or "", labels[names.LABEL_CLUSTER]): _copy(body)}
 
 
-@kopf.on.event("pods", labels=_BROKER_PODS)
+@kopf.on.event("pods", labels=_BROKER_PODS, id=silent("broker_pod_changed"))
 async def broker_pod_changed(*, namespace: str | None, labels: Mapping[str, str], **_: Any) -> None:
     """Wake the cluster's daemon on every pod event. Index functions never see a deletion (Kopf
     drops the object from the index, which it updates before calling this), and a force-deleted
@@ -90,6 +91,7 @@ def mm_leases(
     "v1",
     "leases",
     labels={names.LABEL_ROLE: names.ROLE_MM, names.LABEL_CLUSTER: kopf.PRESENT},
+    id=silent("mm_lease_changed"),
 )
 async def mm_lease_changed(
     *, type: str, namespace: str | None, name: str, labels: Mapping[str, str], body: kopf.Body, **_: Any
@@ -107,17 +109,17 @@ async def mm_lease_changed(
     _changed(namespace, labels.get(names.LABEL_CLUSTER, ""))
 
 
-@kopf.on.event("apps", "v1", "statefulsets", labels=_BROKER_PODS)
+@kopf.on.event("apps", "v1", "statefulsets", labels=_BROKER_PODS, id=silent("broker_statefulset_changed"))
 async def broker_statefulset_changed(*, namespace: str | None, labels: Mapping[str, str], **_: Any) -> None:
     _changed(namespace, labels.get(names.LABEL_CLUSTER, ""))
 
 
-@kopf.on.event(names.GROUP, names.VERSION, names.PARTITION_PLURAL)
+@kopf.on.event(names.GROUP, names.VERSION, names.PARTITION_PLURAL, id=silent("partition_changed"))
 async def partition_changed(*, namespace: str | None, spec: kopf.Spec, **_: Any) -> None:
     _changed(namespace, str(spec.get("cluster", "")))
 
 
-@kopf.on.event(names.GROUP, names.VERSION, names.CLUSTER_PLURAL)
+@kopf.on.event(names.GROUP, names.VERSION, names.CLUSTER_PLURAL, id=silent("broker_cluster_changed"))
 async def broker_cluster_changed(*, namespace: str | None, name: str, **_: Any) -> None:
     _changed(namespace, name)
 

@@ -17,20 +17,10 @@ import kopf
 
 from hybridmq.api.resources import Condition, ConditionStatus, PartitionState
 from hybridmq_operator import kube, names
+from hybridmq_operator.handlers.silent import silent
 
 REASON = "ClusterNotFound"
 HANDLER = "partition_without_cluster"
-
-
-class _QuietHandler(logging.Filter):
-    """Kopf logs every run of an event handler at INFO ("Handler '...' succeeded."): for this one,
-    which sees every Partition watch event, that would be a line per status write."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return record.levelno >= logging.WARNING or not record.getMessage().startswith(f"Handler '{HANDLER}'")
-
-
-logging.getLogger("kopf.objects").addFilter(_QuietHandler())
 
 
 @kopf.index(names.GROUP, names.VERSION, names.CLUSTER_PLURAL)
@@ -60,7 +50,7 @@ def says_missing(status: Mapping[str, Any] | None) -> bool:
     )
 
 
-@kopf.on.event(names.GROUP, names.VERSION, names.PARTITION_PLURAL, id=HANDLER)
+@kopf.on.event(names.GROUP, names.VERSION, names.PARTITION_PLURAL, id=silent(HANDLER))
 def partition_without_cluster(
     *,
     type: str,
