@@ -34,7 +34,7 @@ from hybridmq_operator import observe
 
 Body = Mapping[str, Any]
 
-MAX_QUIET_S = 10.0
+MAX_QUIET_S = 30.0
 # A Lease this close to its end counts as run out, and a quiet daemon sleeps this much past the
 # end: a timer that fires a little early still finds the Lease over (and its MM lost) at once.
 EXPIRY_MARGIN_S = 0.05
@@ -126,7 +126,8 @@ def settled(
     mms: Iterable[MessageManager],
 ) -> bool:
     """Whether a full round left nothing in flight, so that the next may be skipped if it would read
-    the same: no change planned and every planned one applied; not waiting for the first MMs; no
+    the same: no change planned (figure updates the throttle held back count: they fall due
+    within seconds, by time alone) and every planned one applied; not waiting for the first MMs; no
     scale-down refused; no roll step; no write that the watch has not shown back yet and no follow-up
     of one; the round planned at all (``planned``: its plan's fingerprint is kept); no drained
     partition waiting for its retention to end (time alone decides its deletion); and every MM

@@ -84,10 +84,11 @@ def test_a_cluster_at_rest_is_neither_planned_nor_polled(operator: OperatorProce
     time.sleep(12.0)
     after = rounds(operator)
     full, skipped = after["full"] - before["full"], after["skipped"] - before["skipped"]
-    # A full round at least every 10 s (the safety bound), and besides it a wake-up only when a
-    # Lease could have run out: a few in 12 s, where a round every 250 ms would be 48.
-    assert 1 <= full <= 2, (full, skipped)
-    assert full + skipped <= 6, (full, skipped)
+    # A full round at least every 30 s (the safety bound), and besides it a wake-up only when a
+    # Lease could have run out (renewed every second, each wake-up finds it renewed): one or two
+    # in 12 s, where a round every 250 ms would be 48.
+    assert full <= 1, (full, skipped)
+    assert 1 <= full + skipped <= 4, (full, skipped)
 
 
 def test_a_change_to_a_cluster_at_rest_is_acted_on_at_once(
@@ -95,7 +96,7 @@ def test_a_change_to_a_cluster_at_rest_is_acted_on_at_once(
 ) -> None:
     """More fixed partitions on a quiet cluster: the BrokerCluster's watch event wakes the daemon,
     which creates them, and their own events wake it to place them, each without waiting out the
-    quiet sleep (up to 10 s with these Leases)."""
+    quiet sleep (up to 10 s with these Leases, 30 s without Leases)."""
     took = []
     for count in range(FIXED + 1, FIXED + 4):
         wait_at_rest(operator)

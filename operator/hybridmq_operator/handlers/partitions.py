@@ -1,4 +1,5 @@
-"""The reconcile daemon: one per BrokerCluster, every ~250 ms or as soon as a broker pod changes.
+"""The reconcile daemon: one per BrokerCluster, every ~250 ms or as soon as a broker pod changes
+(on a settled cluster, only when a watch event or the earliest Lease's end calls for a round).
 
 Each round reads the indexes (pods, MM Leases, Partitions; no API calls), builds the planner's
 state, calls the pure planner and applies its changes (in a worker thread). It is level-based:
@@ -338,9 +339,12 @@ async def reconcile_round(
         result = Plan()
     else:
         result = plan(state, max_creates=MAX_CREATES_PER_ROUND)
+    figures_held = False
     if result.changes:
         before = {p.name: p.status for p in state.partitions}
+        planned = len(result.changes)
         result = figures.throttle_figures(result, before, rec.status_written, time.monotonic())
+        figures_held = len(result.changes) < planned
     if rec.behind:
         result = commit.follow_ups(rec.behind, result)
     applied = True
@@ -401,7 +405,7 @@ async def reconcile_round(
         )
     await rec.status.write(body, snapshot, state, settings, block, now, rec.failovers, roll)
     settled = quiet.settled(
-        changes_planned=bool(result.changes),
+        changes_planned=bool(result.changes) or figures_held,
         applied=applied,
         waiting_for_mms=waiting,
         scale_down_blocked=block is not None,
