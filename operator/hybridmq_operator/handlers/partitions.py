@@ -15,7 +15,7 @@ import asyncio
 import logging
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -492,41 +492,35 @@ async def _loop(
                 rec, body, broker_pods, mm_leases, cluster_partitions, logger, rec.statefulsets_index
             )
             delay = rec.quiet.sleep_for(time.monotonic(), datetime.now(UTC), INTERVAL_S)
+            soonest = INTERVAL_S
         except Exception as exc:
             metrics.ERRORS.labels(name).inc()
             logger.warning("reconcile round failed: %s", exc)
             rec.status.last_status = None
             rec.quiet.reset()
-            delay = ERROR_BACKOFF_S
+            # After a failed round only a pod event cuts the back-off short, as before.
+            delay = soonest = ERROR_BACKOFF_S
         finally:
             metrics.RECONCILE_SECONDS.labels(name).observe(time.monotonic() - started)
-        await _sleep(wake, changed, stopped, delay, started + INTERVAL_S)
+        await sleep_between_rounds(wake, changed, stopped.wait(), delay, started + soonest)
 
 
-async def _sleep(
-    wake: asyncio.Event, changed: asyncio.Event, stopped: kopf.DaemonStopped, delay: float, not_before: float
+async def sleep_between_rounds(
+    wake: asyncio.Event, changed: asyncio.Event, stop: Awaitable[object], delay: float, not_before: float
 ) -> None:
-    """Sleep ``delay`` seconds or until ``wake`` is set (or the daemon is stopped). ``changed`` cuts
-    a longer sleep short too, but not below ``not_before`` (monotonic): a burst of Partition writes
-    does not turn the rounds into a busy loop."""
-
-    async def until_stopped() -> None:
-        await stopped.wait()
-
-    waits = {
-        asyncio.ensure_future(wake.wait()),
-        asyncio.ensure_future(changed.wait()),
-        asyncio.ensure_future(until_stopped()),
-    }
+    """Sleep ``delay`` seconds or until ``wake`` is set or ``stop`` (the daemon's stop) is done.
+    ``changed`` cuts a longer sleep short too, but not below ``not_before`` (monotonic): a burst of
+    Partition writes does not turn the rounds into a busy loop."""
+    stopping = asyncio.ensure_future(stop)
+    woken = asyncio.ensure_future(wake.wait())
+    changing = asyncio.ensure_future(changed.wait())
     try:
-        await asyncio.wait(waits, timeout=delay, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for waiting in waits:
-            waiting.cancel()
-    if not wake.is_set() and changed.is_set() and not stopped:
+        done, _ = await asyncio.wait(
+            {woken, changing, stopping}, timeout=delay, return_when=asyncio.FIRST_COMPLETED
+        )
         rest = not_before - time.monotonic()
-        if rest > 0:
-            try:
-                await asyncio.wait_for(wake.wait(), rest)
-            except TimeoutError:
-                pass
+        if changing in done and woken not in done and stopping not in done and rest > 0:
+            await asyncio.wait({woken, stopping}, timeout=rest, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiting in (woken, changing, stopping):
+            waiting.cancel()
