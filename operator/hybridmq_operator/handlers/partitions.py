@@ -109,6 +109,9 @@ class Reconciler:
         # When each Partition's status was last written (time.monotonic()): figure-only updates
         # wait their turn (``hybridmq.planner.figures``).
         self.status_written: dict[str, float] = {}
+        # The last plan held figure-only updates back: they fall due by time alone, so the cluster
+        # is not settled until a plan holds none (rounds that skip planning keep the flag).
+        self.figures_held = False
         self.roll = RollReporter()
         self.statefulsets_index: kopf.Index[indexes.Key, Any] | None = None
         self.quiet = quiet.QuietRounds()
@@ -335,16 +338,15 @@ async def reconcile_round(
     rec.track_losses(state, now)
     t_observed = time.monotonic()
     waiting = waiting_for_initial_mms(snapshot, state, settings, now)
-    if waiting or rec.unchanged(state, settings):
-        result = Plan()
-    else:
-        result = plan(state, max_creates=MAX_CREATES_PER_ROUND)
-    figures_held = False
+    replanned = not (waiting or rec.unchanged(state, settings))
+    result = plan(state, max_creates=MAX_CREATES_PER_ROUND) if replanned else Plan()
+    if replanned:
+        rec.figures_held = False
     if result.changes:
         before = {p.name: p.status for p in state.partitions}
         planned = len(result.changes)
         result = figures.throttle_figures(result, before, rec.status_written, time.monotonic())
-        figures_held = len(result.changes) < planned
+        rec.figures_held = len(result.changes) < planned
     if rec.behind:
         result = commit.follow_ups(rec.behind, result)
     applied = True
@@ -405,7 +407,7 @@ async def reconcile_round(
         )
     await rec.status.write(body, snapshot, state, settings, block, now, rec.failovers, roll)
     settled = quiet.settled(
-        changes_planned=bool(result.changes) or figures_held,
+        changes_planned=bool(result.changes) or rec.figures_held,
         applied=applied,
         waiting_for_mms=waiting,
         scale_down_blocked=block is not None,
