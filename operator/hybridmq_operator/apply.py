@@ -31,7 +31,7 @@ from hybridmq.planner import (
     ReleaseFinalizer,
     UpdatePartitionStatus,
 )
-from hybridmq_operator import kube, names
+from hybridmq_operator import compact, kube, names
 from hybridmq_operator.resources.common import owner_reference
 from hybridmq_operator.settings import ClusterSettings
 
@@ -130,7 +130,7 @@ def _create(settings: ClusterSettings, change: CreatePartition, out: Outcome) ->
     body = kube.merge_patch(
         names.API_VERSION, names.PARTITION_KIND, settings.namespace, change.name, patch, "status"
     )
-    out.written[change.name] = kube.without_managed_fields(body)  # kept until the watch has it
+    out.written[change.name] = compact.json_copy(kube.without_managed_fields(body))  # until the watch has it
     out.events.append((partition_ref(body), PlanEvent(change.reason, change.message)))
 
 
@@ -150,7 +150,7 @@ def _update(
             out.conflicts += 1
             return
         raise
-    out.written[change.name] = kube.without_managed_fields(body)  # kept until the watch has it
+    out.written[change.name] = compact.json_copy(kube.without_managed_fields(body))  # until the watch has it
     ref = partition_ref(body)
     out.events.extend((ref, e) for e in change.events)
     record = change.status.last_failover

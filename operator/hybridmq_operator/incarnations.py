@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from hybridmq.api.resources import Partition
+from hybridmq.planner.state import PartitionInfo
 
 Body = Mapping[str, Any]
 
@@ -75,7 +75,7 @@ def stale_lease(pod: Body | None, lease: Body | None) -> bool:
     return pod is not None and lease is not None and own_lease(pod, lease) is None
 
 
-def referenced(partitions: Iterable[Partition]) -> frozenset[str]:
+def referenced(partitions: Iterable[PartitionInfo]) -> frozenset[str]:
     """MMs named by a Partition's status (primary or replica): what a restart of them affects."""
     out: set[str] = set()
     for p in partitions:

@@ -30,14 +30,14 @@ keep new replicas away from it.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from pydantic import ValidationError
 
 from hybridmq.api.lease_report import REPORT_ANNOTATION, MMReport
-from hybridmq.api.resources import BrokerCluster, Partition, PartitionState
+from hybridmq.api.resources import BrokerCluster, PartitionSpec, PartitionState, PartitionStatus
 from hybridmq.planner.scaling import required_in_sync
 from hybridmq.planner.state import ClusterState, MessageManager, PartitionInfo, ReplicaReport
 from hybridmq_operator import incarnations, names
@@ -219,28 +219,49 @@ def marked_for_roll(pod: Body | None) -> bool:
     return annotations.get(names.ANNOTATION_ROLL) == names.ROLL_MOVING_REPLICAS
 
 
-def parse_partition(body: Body) -> Partition | None:
+def partition_view(body: Body) -> PartitionInfo | None:
+    """A Partition resource as the planner reads it, without a report (None: not a valid Partition).
+
+    Only the spec and status become models: the planner reads four fields of the metadata, and a
+    parsed ``ObjectMeta`` kept for each of 10,000 Partitions was tens of megabytes.
+    """
+    meta = _meta(body)
+    name = meta.get("name")
+    generation = meta.get("generation")
+    finalizers = meta.get("finalizers") or []
+    if not isinstance(name, str) or not name or not isinstance(finalizers, list):
+        return None
     try:
-        return Partition.model_validate(dict(body))
+        spec = PartitionSpec.model_validate(body.get("spec"))
+        raw_status = body.get("status")
+        status = None if raw_status is None else PartitionStatus.model_validate(raw_status)
     except ValidationError:
         return None
+    return PartitionInfo(
+        name=name,
+        spec=spec,
+        status=status,
+        deleting=meta.get("deletionTimestamp") is not None,
+        finalizers=tuple(str(f) for f in finalizers),
+        generation=generation if isinstance(generation, int) else None,
+    )
 
 
 class PartitionCache:
-    """Parsed Partitions by (name, resourceVersion, epoch): a round re-parses only what changed
+    """Partition views by (name, resourceVersion, epoch): a round re-parses only what changed
     (the epoch too: a body seen through the assignment map keeps its resourceVersion). It also
-    keeps each partition's view (``infos``: the PartitionInfo with its primary's report), made again
-    only when the Partition or a report changed."""
+    keeps each partition's view with its primary's report (``infos``), made again only when the
+    Partition or a report changed."""
 
     def __init__(self) -> None:
-        self._items: dict[str, tuple[str, Partition | None]] = {}
-        # The last round's PartitionInfo of each partition, the Partition it was made from, and
-        # the reports it was made with (kept, so that identities stay unique).
-        self._infos: dict[str, tuple[Partition, PartitionInfo]] = {}
+        self._items: dict[str, tuple[str, PartitionInfo | None]] = {}
+        # The last round's view of each partition with its report, and the view it was made from,
+        # and the reports it was made with (kept, so that identities stay unique).
+        self._infos: dict[str, tuple[PartitionInfo, PartitionInfo]] = {}
         self._reports: tuple[tuple[str, MMReport], ...] = ()
 
     def infos(
-        self, parsed: Iterable[Partition], reports: Mapping[str, MMReport]
+        self, parsed: Iterable[PartitionInfo], reports: Mapping[str, MMReport]
     ) -> tuple[PartitionInfo, ...]:
         """Each partition with the primary's report about it; made again only for a partition
         whose resource changed, or when any report did (a report is one object per text)."""
@@ -249,18 +270,18 @@ class PartitionCache:
             m == n and r is q for (m, r), (n, q) in zip(current, self._reports, strict=True)
         )
         kept = self._infos if same_reports else {}
-        out: dict[str, tuple[Partition, PartitionInfo]] = {}
-        for p in parsed:
-            name = p.metadata.name or ""
-            known = kept.get(name)
-            if known is None or known[0] is not p:
-                known = (p, PartitionInfo.from_resource(p, replica_report(p, reports)))
-            out[name] = known
+        out: dict[str, tuple[PartitionInfo, PartitionInfo]] = {}
+        for view in parsed:
+            known = kept.get(view.name)
+            if known is None or known[0] is not view:
+                report = replica_report(view, reports)
+                known = (view, view if report is None else replace(view, report=report))
+            out[view.name] = known
         self._infos, self._reports = out, current
         return tuple(info for _, info in out.values())
 
-    def parse(self, bodies: Iterable[Body]) -> list[Partition]:
-        out: list[Partition] = []
+    def parse(self, bodies: Iterable[Body]) -> list[PartitionInfo]:
+        out: list[PartitionInfo] = []
         seen: set[str] = set()
         for body in bodies:
             meta = _meta(body)
@@ -270,7 +291,7 @@ class PartitionCache:
             seen.add(name)
             cached = self._items.get(name)
             if cached is None or cached[0] != rv or not rv:
-                cached = (rv, parse_partition(body))
+                cached = (rv, partition_view(body))
                 self._items[name] = cached
             if cached[1] is not None:
                 out.append(cached[1])
@@ -279,9 +300,9 @@ class PartitionCache:
         return out
 
 
-def replica_report(partition: Partition, reports: Mapping[str, MMReport]) -> ReplicaReport | None:
+def replica_report(partition: PartitionInfo, reports: Mapping[str, MMReport]) -> ReplicaReport | None:
     """The primary's report about a partition, with every replica's log end offset."""
-    name = partition.metadata.name or ""
+    name = partition.name
     primary = partition.status.primary if partition.status else None
     if primary is None or primary not in reports:
         return None
@@ -342,7 +363,7 @@ def failure_domain(
     return (node_labels.get(node) or {}).get(topology_key)
 
 
-def mm_names(snapshot: Snapshot, partitions: Iterable[Partition]) -> list[str]:
+def mm_names(snapshot: Snapshot, partitions: Iterable[PartitionInfo]) -> list[str]:
     """Every MM the cluster knows of: pods, and MMs still named by a partition's status.
 
     Leases alone do not count: an MM's Lease is owned by its pod and goes with it.

@@ -6,13 +6,12 @@ Keys are ``(namespace, cluster)``; values are plain-dict copies of the bodies.
 from __future__ import annotations
 
 import asyncio
-import copy
 from collections.abc import Mapping
 from typing import Any
 
 import kopf
 
-from hybridmq_operator import kube, names, quiet
+from hybridmq_operator import compact, kube, names, quiet
 from hybridmq_operator.handlers.silent import silent
 
 Key = tuple[str, str]
@@ -52,9 +51,10 @@ def _changed(namespace: str | None, cluster: str) -> None:
 
 
 def _copy(body: Mapping[str, Any]) -> dict[str, Any]:
-    """A plain copy of what the daemon reads (a Partition's copy is 2.7 KB instead of 9 KB without
-    its managedFields)."""
-    return copy.deepcopy(kube.without_managed_fields(body))
+    """A plain copy of what the daemon reads, without managedFields (two thirds of a Partition's size)
+    and with the strings it shares with other objects interned."""
+    copied: dict[str, Any] = compact.json_copy(kube.without_managed_fields(body))
+    return copied
 
 
 @kopf.index("pods", labels=_BROKER_PODS)
