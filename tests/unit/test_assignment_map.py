@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from hybridmq.api.assignment_map import AssignmentMapError, MapEntry, decode, encode
+from hybridmq.api.assignment_map import AssignmentMapError, MapEntry, ahead, decode, encode
 from hybridmq.api.resources import PartitionStatus
 from hybridmq.broker.kube_source import MAP, PARTITIONS, KubeAssignmentSource
 from hybridmq.planner import Plan, UpdatePartitionStatus, commit
@@ -52,6 +52,7 @@ def test_encoding_keeps_the_assignment_and_drops_the_reported_figures() -> None:
         '{"version": 1}',
         '{"version": 1, "partitions": {"p": {}}}',
         '{"version": 1, "partitions": {"p": {"uid": "u", "status": {"epoch": -1}}}}',
+        '{"version": 1, "partitions": {"p": {"uid": "u", "resourceVersion": 5, "status": {}}}}',
     ],
 )
 def test_a_bad_map_is_refused_with_a_reason(text: str) -> None:
@@ -60,9 +61,18 @@ def test_a_bad_map_is_refused_with_a_reason(text: str) -> None:
     assert decode("") == {} and decode(None) == {}
 
 
+def seen(uid: str, epoch: int, rv: str = "7", in_sync: tuple[str, ...] = ()) -> commit.Seen:
+    return commit.Seen(uid=uid, epoch=epoch, resource_version=rv, in_sync=frozenset(in_sync))
+
+
 def test_only_primary_changes_are_committed_early_and_caught_up_entries_go() -> None:
-    epochs = {"p0": ("u0", 1), "p1": ("u1", 1), "p2": ("u2", 5), "p3": ("u3-new", 0)}
-    # Reported figures only (same epoch): nothing to commit early.
+    epochs = {
+        "p0": seen("u0", 1, in_sync=("a",)),
+        "p1": seen("u1", 1),
+        "p2": seen("u2", 5),
+        "p3": seen("u3-new", 0),
+    }
+    # Reported figures only (same epoch, same in-sync set): nothing to commit early.
     assert commit.map_commit(Plan(changes=(update("p0", status(1, "a")),)), epochs, {}) is None
     old = {
         "p2": MapEntry.of("u2", status(5, "b")),  # its Partition caught up: dropped
@@ -77,8 +87,8 @@ def test_only_primary_changes_are_committed_early_and_caught_up_entries_go() -> 
 def test_partitions_behind_the_map_are_seen_through_it_and_their_statuses_follow() -> None:
     entries = {"p0": MapEntry.of("u0", status(3, "b")), "p1": MapEntry.of("u1", status(3, "b"))}
     observed: dict[str, commit.Observed] = {
-        "p0": ("u0", status(2, "a", backlog=4)),
-        "p1": ("u1", status(3, "b")),  # caught up
+        "p0": (seen("u0", 2), status(2, "a", backlog=4)),
+        "p1": (seen("u1", 3), status(3, "b")),  # caught up
     }
     behind = commit.overlay(observed, entries)
     assert set(behind) == {"p0"} and (behind["p0"].epoch, behind["p0"].primary, behind["p0"].backlog) == (
@@ -94,9 +104,34 @@ def test_partitions_behind_the_map_are_seen_through_it_and_their_statuses_follow
     assert [c.name for c in again.updates()] == ["p0"]
 
 
-def partition(name: str, epoch: int, primary: str, uid: str = "u0") -> dict[str, Any]:
+def test_a_lost_backups_removal_from_the_in_sync_set_is_committed_early_against_one_version() -> None:
+    """The primary acknowledges nothing while a lost backup is in its in-sync set, and the removal
+    keeps the epoch: it goes into the map tied to the Partition's resourceVersion."""
+    both = status(4, "a", replicas=["a", "b"], inSync=["a", "b"])
+    shrunk = status(4, "a", replicas=["a", "c"], inSync=["a"])
+    at = {"p0": seen("u0", 4, rv="100", in_sync=("a", "b"))}
+    entries = commit.map_commit(Plan(changes=(update("p0", shrunk),)), at, {})
+    assert entries is not None and entries["p0"].resource_version == "100"
+    assert entries["p0"].status.in_sync == ["a"]
+    # Kept through encoding; it counts while the Partition is at that version, not after.
+    entry = decode(encode(entries))["p0"]
+    assert ahead(entry, "u0", 4, "100")
+    assert not ahead(entry, "u0", 4, "101") and not ahead(entry, "u0", 4, None)
+    assert commit.overlay({"p0": (at["p0"], both)}, {"p0": entry})["p0"].in_sync == ["a"]
+    assert commit.overlay({"p0": (seen("u0", 4, rv="101"), both)}, {"p0": entry}) == {}
+    # A replica joining the in-sync set is no reason to write the map.
+    grown = status(4, "a", replicas=["a", "c"], inSync=["a", "c"])
+    assert (
+        commit.map_commit(Plan(changes=(update("p0", grown),)), {"p0": seen("u0", 4, in_sync=("a",))}, {})
+        is None
+    )
+    # An entry without a version (an older operator's) counts by its epoch only.
+    assert not ahead(MapEntry.of("u0", shrunk), "u0", 4, "100")
+
+
+def partition(name: str, epoch: int, primary: str, uid: str = "u0", rv: str = "1") -> dict[str, Any]:
     return {
-        "metadata": {"name": name, "namespace": "ns", "uid": uid},
+        "metadata": {"name": name, "namespace": "ns", "uid": uid, "resourceVersion": rv},
         "spec": {"cluster": "demo", "type": "fixed", "replicas": 2},
         "status": {
             "state": "Active",
@@ -139,3 +174,35 @@ def test_a_broker_acts_on_the_map_until_the_partition_catches_up() -> None:
     assert src.partitions()["p0"].in_sync == ("mm-1", "mm-0")
     src.apply_event(MAP, "DELETED", configmap({}))
     assert (src.partitions()["p0"].epoch, src.primary_of("p0")) == (3, "mm-1")
+
+
+def test_a_broker_takes_an_in_sync_removal_from_the_map_until_the_partition_changes() -> None:
+    src = KubeAssignmentSource("demo", "ns", api_client=object())
+    before = partition("p0", 5, "mm-0", rv="40")
+    before["status"]["replicas"] = before["status"]["inSync"] = ["mm-0", "mm-2"]
+    src.apply_listing(PARTITIONS, [before])
+    src.apply_listing(MAP, [])
+    removal = {
+        "uid": "u0",
+        "resourceVersion": "40",
+        "status": {
+            "state": "Active",
+            "epoch": 5,
+            "primary": "mm-0",
+            "replicas": ["mm-0"],
+            "inSync": ["mm-0"],
+        },
+    }
+    src.apply_event(MAP, "MODIFIED", configmap({"p0": removal}))
+    assert src.partitions()["p0"].in_sync == ("mm-0",)
+    # Any newer version of the Partition wins, even one that still names mm-2 (the safe side).
+    other = partition("p0", 5, "mm-0", rv="41")
+    other["status"]["replicas"] = other["status"]["inSync"] = ["mm-0", "mm-2"]
+    src.apply_event(PARTITIONS, "MODIFIED", other)
+    assert src.partitions()["p0"].in_sync == ("mm-0", "mm-2")
+    # The same entry without a version (an older operator's map) never counted at the same epoch.
+    src.apply_event(PARTITIONS, "MODIFIED", before)
+    src.apply_event(
+        MAP, "MODIFIED", configmap({"p0": {k: v for k, v in removal.items() if k != "resourceVersion"}})
+    )
+    assert src.partitions()["p0"].in_sync == ("mm-0", "mm-2")

@@ -7,6 +7,13 @@ statuses follow. Each entry holds the assignment part of the partition's new sta
 primary, replicas, in-sync set, failover record; not the reported figures) and the Partition's uid
 (a re-created Partition of the same name never picks up an old entry). An entry counts only while
 its epoch is higher than the Partition status's: once the Partition caught up, the Partition wins.
+
+The map also carries a lost MM's removal from the in-sync sets of the partitions it was a backup
+of: their primaries cannot acknowledge until it is out (the high watermark waits for every in-sync
+replica), and that change keeps the epoch. Such an entry names the Partition's resourceVersion it
+was planned on and counts only while the Partition is still at it: any later change to the
+Partition (the operator's status write first of all) makes the Partition win again. Falling back
+to a Partition that had not caught up is safe: its in-sync set is the larger one.
 """
 
 from __future__ import annotations
@@ -37,15 +44,18 @@ def configmap_name(cluster: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class MapEntry:
-    """The committed assignment of one Partition (identified by name and uid)."""
+    """The committed assignment of one Partition (identified by name and uid); ``resource_version``:
+    the Partition's when the entry was planned ("": not known, the entry counts by its epoch only)."""
 
     uid: str
     status: PartitionStatus
+    resource_version: str = ""
 
     @classmethod
-    def of(cls, uid: str, status: PartitionStatus) -> MapEntry:
+    def of(cls, uid: str, status: PartitionStatus, resource_version: str = "") -> MapEntry:
         """The entry of a full status (only its assignment part is kept)."""
-        return cls(uid, PartitionStatus.model_validate(status.model_dump(include=set(ASSIGNED_FIELDS))))
+        kept = PartitionStatus.model_validate(status.model_dump(include=set(ASSIGNED_FIELDS)))
+        return cls(uid, kept, resource_version)
 
     def applied_to(self, status: PartitionStatus | None) -> PartitionStatus:
         """``status`` (a Partition's, possibly older) with this entry's assignment fields."""
@@ -64,6 +74,7 @@ def encode(entries: Mapping[str, MapEntry]) -> str:
         "partitions": {
             name: {
                 "uid": e.uid,
+                **({"resourceVersion": e.resource_version} if e.resource_version else {}),
                 "status": e.status.model_dump(
                     mode="json", by_alias=True, include=set(ASSIGNED_FIELDS), exclude_defaults=True
                 ),
@@ -95,7 +106,10 @@ def decode(text: str | None) -> dict[str, MapEntry]:
             status = PartitionStatus.model_validate(item.get("status") or {})
         except ValidationError as exc:
             raise AssignmentMapError(f"assignment map entry {name!r}: {exc}") from exc
-        out[str(name)] = MapEntry(item["uid"], status)
+        rv = item.get("resourceVersion", "")
+        if not isinstance(rv, str):
+            raise AssignmentMapError(f"assignment map entry {name!r}: resourceVersion is not a string")
+        out[str(name)] = MapEntry(item["uid"], status, rv)
     return out
 
 
@@ -103,6 +117,11 @@ def _version(body: Any) -> Any:
     return body.get("version") if isinstance(body, dict) else None
 
 
-def ahead(entry: MapEntry | None, uid: str | None, epoch: int) -> bool:
-    """Whether ``entry`` is newer than a Partition (``uid``) whose status has ``epoch``."""
-    return entry is not None and bool(uid) and entry.uid == uid and entry.status.epoch > epoch
+def ahead(entry: MapEntry | None, uid: str | None, epoch: int, resource_version: str | None = None) -> bool:
+    """Whether ``entry`` is newer than a Partition (``uid``, at ``resource_version``) whose status
+    has ``epoch``: a higher epoch, or the same one planned on this very version of the Partition."""
+    if entry is None or not uid or entry.uid != uid:
+        return False
+    if entry.status.epoch != epoch:
+        return entry.status.epoch > epoch
+    return bool(entry.resource_version) and entry.resource_version == resource_version

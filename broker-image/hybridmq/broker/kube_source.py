@@ -159,7 +159,8 @@ class KubeAssignmentSource(AssignmentSource):
             return None
         entry = self._map.get(str(meta.get("name")))
         status = partition.status
-        if assignment_map.ahead(entry, meta.get("uid"), status.epoch if status else 0):
+        epoch = status.epoch if status else 0
+        if assignment_map.ahead(entry, meta.get("uid"), epoch, str(meta.get("resourceVersion") or "")):
             assert entry is not None
             partition = partition.model_copy(update={"status": entry.applied_to(status)})
         mis = partition.spec.min_in_sync

@@ -1,49 +1,65 @@
 """Which of a plan's decisions go through the assignment map first, and which Partition statuses
 still have to follow it (pure: the operator reads and writes, these functions decide).
 
-A primary change (a higher epoch) is what brokers wait for after an MM loss, so every such change
-of a round is committed in one write of the assignment map (``hybridmq.api.assignment_map``)
-before the Partition statuses are written one by one. If the operator stops between the two, the
-map is still ahead of those Partitions: its next round sees them through the map (``overlay``)
-and writes the statuses that did not follow (``follow_ups``).
+A primary change (a higher epoch) is what brokers wait for after an MM loss, and so is a replica's
+removal from an in-sync set (the primary acknowledges nothing until the lost backup is out), so
+every such change of a round is committed in one write of the assignment map
+(``hybridmq.api.assignment_map``) before the Partition statuses are written one by one. If the
+operator stops between the two, the map is still ahead of those Partitions: its next round sees
+them through the map (``overlay``) and writes the statuses that did not follow (``follow_ups``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import NamedTuple
 
 from hybridmq.api.assignment_map import MapEntry, ahead
 from hybridmq.api.resources import PartitionStatus
 from hybridmq.planner.changes import Plan, UpdatePartitionStatus
 
-__all__ = ["Observed", "follow_ups", "map_commit", "overlay"]
-
-# A Partition as the operator last saw it: (uid, status).
-Observed = tuple[str, PartitionStatus | None]
+__all__ = ["Observed", "Seen", "follow_ups", "map_commit", "overlay"]
 
 
-def _epoch(status: PartitionStatus | None) -> int:
-    return status.epoch if status is not None else 0
+class Seen(NamedTuple):
+    """A Partition as the operator last saw it: what says whether a map entry is ahead of it."""
+
+    uid: str
+    epoch: int
+    resource_version: str
+    in_sync: frozenset[str] = frozenset()
+
+
+# A Partition behind the map: how it was seen, and its status.
+Observed = tuple[Seen, PartitionStatus | None]
+
+
+def early(new: PartitionStatus, seen: Seen) -> bool:
+    """Whether brokers wait for this change: a new primary (a higher epoch), or a replica out of
+    the in-sync set at the same epoch."""
+    if new.epoch != seen.epoch:
+        return new.epoch > seen.epoch
+    return not seen.in_sync <= set(new.in_sync)
 
 
 def map_commit(
-    plan: Plan, epochs: Mapping[str, tuple[str, int]], entries: Mapping[str, MapEntry]
+    plan: Plan, seen: Mapping[str, Seen], entries: Mapping[str, MapEntry]
 ) -> dict[str, MapEntry] | None:
-    """The map to write before ``plan``'s status writes, given each Partition's (uid, status
-    epoch): the entries still ahead of their Partitions plus the plan's primary changes; None when
-    the plan raises no epoch (nothing to commit early: the status writes alone are the commit, as
-    for every other change)."""
+    """The map to write before ``plan``'s status writes, given how each Partition was seen: the
+    entries still ahead of their Partitions plus the plan's changes that brokers wait for; None
+    when there are none (nothing to commit early: the status writes alone are the commit, as for
+    every other change)."""
     changes = {
-        u.name: MapEntry.of(epochs[u.name][0], u.status)
+        u.name: MapEntry.of(s.uid, u.status, s.resource_version)
         for u in plan.updates()
-        if u.name in epochs and epochs[u.name][0] and u.status.epoch > epochs[u.name][1]
+        if (s := seen.get(u.name)) is not None and s.uid and early(u.status, s)
     }
     if not changes:
         return None
     kept = {
         name: entry
         for name, entry in entries.items()
-        if name in epochs and ahead(entry, epochs[name][0], epochs[name][1])
+        if (s := seen.get(name)) is not None and ahead(entry, s.uid, s.epoch, s.resource_version)
     }
     return {**kept, **changes}
 
@@ -52,9 +68,12 @@ def overlay(observed: Mapping[str, Observed], entries: Mapping[str, MapEntry]) -
     """The statuses the map is ahead of: what those Partitions are, committed but not yet written."""
     out: dict[str, PartitionStatus] = {}
     for name, entry in entries.items():
-        seen = observed.get(name)
-        if seen is not None and ahead(entry, seen[0], _epoch(seen[1])):
-            out[name] = entry.applied_to(seen[1])
+        item = observed.get(name)
+        if item is None:
+            continue
+        seen, status = item
+        if ahead(entry, seen.uid, seen.epoch, seen.resource_version):
+            out[name] = entry.applied_to(status)
     return out
 
 

@@ -68,9 +68,13 @@ def _mm_shape(m: MessageManager) -> MessageManager:
     return replace(m, log_end_offsets=dict.fromkeys(m.log_end_offsets, 0))
 
 
-def _uid_epoch(body: Mapping[str, Any]) -> tuple[str, int]:
-    return str((body.get("metadata") or {}).get("uid") or ""), int(
-        (body.get("status") or {}).get("epoch") or 0
+def _seen(body: Mapping[str, Any]) -> commit.Seen:
+    meta, status = body.get("metadata") or {}, body.get("status") or {}
+    return commit.Seen(
+        uid=str(meta.get("uid") or ""),
+        epoch=int(status.get("epoch") or 0),
+        resource_version=str(meta.get("resourceVersion") or ""),
+        in_sync=frozenset(status.get("inSync") or ()),
     )
 
 
@@ -180,9 +184,9 @@ class Reconciler:
             body = by_name.get(name)
             if body is None:
                 continue
-            uid, epoch = _uid_epoch(body)
-            if ahead(entry, uid, epoch):
-                observed[name] = (uid, PartitionStatus.model_validate(body.get("status") or {}))
+            seen = _seen(body)
+            if ahead(entry, seen.uid, seen.epoch, seen.resource_version):
+                observed[name] = (seen, PartitionStatus.model_validate(body.get("status") or {}))
         self.behind = commit.overlay(observed, self.map.entries)
         for name, status in self.behind.items():
             by_name[name] = {**by_name[name], "status": status_json(status)}
@@ -274,14 +278,15 @@ async def _commit_primaries(
     current: Mapping[str, Mapping[str, Any]],
     logger: Any,
 ) -> None:
-    """The round's primary changes in one write of the assignment map, before the status writes:
-    the brokers act on it at once. Without it (too large, refused) the status writes carry them."""
-    epochs = {
-        n: _uid_epoch(current[n])
+    """The round's primary changes and in-sync removals in one write of the assignment map, before
+    the status writes: the brokers act on it at once. Without it (too large, refused) the status
+    writes carry them."""
+    seen = {
+        n: _seen(current[n])
         for n in {u.name for u in result.updates()} | set(rec.map.entries)
         if n in current
     }
-    entries = commit.map_commit(result, epochs, rec.map.entries)
+    entries = commit.map_commit(result, seen, rec.map.entries)
     if entries is None:
         return
     started = time.monotonic()
@@ -291,8 +296,9 @@ async def _commit_primaries(
         logger.warning("assignment map not written (%s); the Partition statuses carry the changes", exc)
         return
     logger.info(
-        "committed %d primary changes in the assignment map in %.3fs",
-        sum(1 for n, e in entries.items() if n in epochs and e.status.epoch > epochs[n][1]),
+        "committed %d primary changes and %d in-sync removals in the assignment map in %.3fs",
+        sum(1 for n, e in entries.items() if n in seen and e.status.epoch > seen[n].epoch),
+        sum(1 for n, e in entries.items() if n in seen and e.status.epoch == seen[n].epoch),
         time.monotonic() - started,
     )
 
