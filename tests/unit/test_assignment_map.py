@@ -113,20 +113,33 @@ def test_a_lost_backups_removal_from_the_in_sync_set_is_committed_early_against_
     entries = commit.map_commit(Plan(changes=(update("p0", shrunk),)), at, {})
     assert entries is not None and entries["p0"].resource_version == "100"
     assert entries["p0"].status.in_sync == ["a"]
-    # Kept through encoding; it counts while the Partition is at that version, not after.
     entry = decode(encode(entries))["p0"]
+    # A broker takes it while the Partition is at that version, not after any other write to it.
     assert ahead(entry, "u0", 4, "100")
     assert not ahead(entry, "u0", 4, "101") and not ahead(entry, "u0", 4, None)
+    # The operator plans with it until a status carries the removal, whatever else wrote the
+    # Partition meanwhile (here a label change: version 101, the status still names b).
     assert commit.overlay({"p0": (at["p0"], both)}, {"p0": entry})["p0"].in_sync == ["a"]
-    assert commit.overlay({"p0": (seen("u0", 4, rv="101"), both)}, {"p0": entry}) == {}
-    # A replica joining the in-sync set is no reason to write the map.
+    relabelled = seen("u0", 4, rv="101", in_sync=("a", "b"))
+    assert commit.overlay({"p0": (relabelled, both)}, {"p0": entry})["p0"].in_sync == ["a"]
+    carried = seen("u0", 4, rv="102", in_sync=("a",))
+    assert commit.overlay({"p0": (carried, shrunk)}, {"p0": entry}) == {}
+    # A replica joining the in-sync set is no reason to write the map...
     grown = status(4, "a", replicas=["a", "c"], inSync=["a", "c"])
     assert (
         commit.map_commit(Plan(changes=(update("p0", grown),)), {"p0": seen("u0", 4, in_sync=("a",))}, {})
         is None
     )
-    # An entry without a version (an older operator's) counts by its epoch only.
-    assert not ahead(MapEntry.of("u0", shrunk), "u0", 4, "100")
+    # ...unless an entry that removed a replica is still in it: it must go first, or the operator
+    # would take the grown status for a removal not carried out yet.
+    again = commit.map_commit(Plan(changes=(update("p0", grown),)), {"p0": carried}, {"p0": entry})
+    assert again == {}
+    assert commit.superseded(Plan(changes=(update("p0", grown),)), {"p0": entry}) == {"p0"}
+    assert commit.superseded(Plan(changes=(update("p0", shrunk),)), {"p0": entry}) == frozenset()
+    # An entry that raised the epoch counts by its epoch alone, for brokers and the operator alike.
+    promoted = MapEntry.of("u0", status(5, "c"))
+    assert ahead(promoted, "u0", 4, "100") and not ahead(promoted, "u0", 5, "100")
+    assert commit.overlay({"p0": (seen("u0", 5, in_sync=("c", "a")), grown)}, {"p0": promoted}) == {}
 
 
 def partition(name: str, epoch: int, primary: str, uid: str = "u0", rv: str = "1") -> dict[str, Any]:

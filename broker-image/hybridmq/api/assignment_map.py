@@ -8,18 +8,22 @@ primary, replicas, in-sync set, failover record; not the reported figures) and t
 (a re-created Partition of the same name never picks up an old entry). An entry counts only while
 its epoch is higher than the Partition status's: once the Partition caught up, the Partition wins.
 
-The map also carries a lost MM's removal from the in-sync sets of the partitions it was a backup
-of: their primaries cannot acknowledge until it is out (the high watermark waits for every in-sync
-replica), and that change keeps the epoch. Such an entry names the Partition's resourceVersion it
-was planned on and counts only while the Partition is still at it: any later change to the
-Partition (the operator's status write first of all) makes the Partition win again. Falling back
-to a Partition that had not caught up is safe: its in-sync set is the larger one.
+The map also carries a replica's removal from an in-sync set at the same epoch (a lost MM's, from
+every partition it was a backup of): the primary acknowledges nothing until the replica is out
+(the high watermark waits for every in-sync replica). Such a *removal entry* names the Partition's
+resourceVersion it was planned on. A broker takes it while the Partition is still at that version
+(``ahead``): any later write to the Partition, the status that carries the removal first of all,
+makes the Partition win, and a Partition that had not caught up only has the larger in-sync set,
+which makes a primary wait, never acknowledge too early. The operator is stricter (``pending``):
+it plans with the removal until a Partition status carries it, whatever else wrote the Partition,
+so it never promotes a replica that a primary may have acknowledged records without. Before a
+status at that epoch names the removed replica again, the operator drops the entry from the map.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,8 +48,9 @@ def configmap_name(cluster: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class MapEntry:
-    """The committed assignment of one Partition (identified by name and uid); ``resource_version``:
-    the Partition's when the entry was planned ("": not known, the entry counts by its epoch only)."""
+    """The committed assignment of one Partition (identified by name and uid). ``resource_version``:
+    set for a removal entry only (the Partition's version it was planned on); an entry without one
+    raised the epoch and counts by its epoch alone."""
 
     uid: str
     status: PartitionStatus
@@ -118,10 +123,21 @@ def _version(body: Any) -> Any:
 
 
 def ahead(entry: MapEntry | None, uid: str | None, epoch: int, resource_version: str | None = None) -> bool:
-    """Whether ``entry`` is newer than a Partition (``uid``, at ``resource_version``) whose status
-    has ``epoch``: a higher epoch, or the same one planned on this very version of the Partition."""
+    """Whether a broker takes ``entry`` over a Partition (``uid``, at ``resource_version``) whose
+    status has ``epoch``: a higher epoch, or a removal entry planned on this very version."""
     if entry is None or not uid or entry.uid != uid:
         return False
-    if entry.status.epoch != epoch:
-        return entry.status.epoch > epoch
-    return bool(entry.resource_version) and entry.resource_version == resource_version
+    if entry.resource_version:
+        return entry.status.epoch == epoch and entry.resource_version == resource_version
+    return entry.status.epoch > epoch
+
+
+def pending(entry: MapEntry | None, uid: str | None, epoch: int, in_sync: Iterable[str]) -> bool:
+    """Whether the operator still plans with ``entry`` for a Partition (``uid``) whose status has
+    ``epoch`` and ``in_sync``: a higher epoch, or a removal entry at that epoch whose removed
+    replica the status still names (the status has not carried the removal yet)."""
+    if entry is None or not uid or entry.uid != uid:
+        return False
+    if entry.resource_version:
+        return entry.status.epoch == epoch and not set(in_sync) <= set(entry.status.in_sync)
+    return entry.status.epoch > epoch

@@ -14,11 +14,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import NamedTuple
 
-from hybridmq.api.assignment_map import MapEntry, ahead
+from hybridmq.api.assignment_map import MapEntry, pending
 from hybridmq.api.resources import PartitionStatus
 from hybridmq.planner.changes import Plan, UpdatePartitionStatus
 
-__all__ = ["Observed", "Seen", "follow_ups", "map_commit", "overlay"]
+__all__ = ["Observed", "Seen", "follow_ups", "map_commit", "overlay", "superseded"]
 
 
 class Seen(NamedTuple):
@@ -34,32 +34,54 @@ class Seen(NamedTuple):
 Observed = tuple[Seen, PartitionStatus | None]
 
 
-def early(new: PartitionStatus, seen: Seen) -> bool:
-    """Whether brokers wait for this change: a new primary (a higher epoch), or a replica out of
-    the in-sync set at the same epoch."""
-    if new.epoch != seen.epoch:
-        return new.epoch > seen.epoch
-    return not seen.in_sync <= set(new.in_sync)
+def _entry(new: PartitionStatus, seen: Seen) -> MapEntry | None:
+    """The map entry of a change brokers wait for: a new primary (a higher epoch), or a removal
+    from the in-sync set at the same epoch (tied to the version it was planned on); None for any
+    other change."""
+    if not seen.uid:
+        return None
+    if new.epoch > seen.epoch:
+        return MapEntry.of(seen.uid, new)
+    if new.epoch == seen.epoch and seen.resource_version and not seen.in_sync <= set(new.in_sync):
+        return MapEntry.of(seen.uid, new, seen.resource_version)
+    return None
+
+
+def superseded(plan: Plan, entries: Mapping[str, MapEntry]) -> frozenset[str]:
+    """Partitions whose removal entry a planned status at its epoch outgrows (it names a replica the
+    entry removed, say one that caught up again): the entry must leave the map before that status
+    is written, or the operator would take the removal for one not carried out yet."""
+    return frozenset(
+        u.name
+        for u in plan.updates()
+        if (e := entries.get(u.name)) is not None
+        and e.resource_version
+        and u.status.epoch == e.status.epoch
+        and not set(u.status.in_sync) <= set(e.status.in_sync)
+    )
 
 
 def map_commit(
     plan: Plan, seen: Mapping[str, Seen], entries: Mapping[str, MapEntry]
 ) -> dict[str, MapEntry] | None:
     """The map to write before ``plan``'s status writes, given how each Partition was seen: the
-    entries still ahead of their Partitions plus the plan's changes that brokers wait for; None
-    when there are none (nothing to commit early: the status writes alone are the commit, as for
-    every other change)."""
+    entries still pending for their Partitions, but the ``superseded`` ones, plus the plan's
+    changes that brokers wait for; None when there is nothing to add or drop (the status writes
+    alone are the commit, as for every other change)."""
     changes = {
-        u.name: MapEntry.of(s.uid, u.status, s.resource_version)
+        u.name: entry
         for u in plan.updates()
-        if (s := seen.get(u.name)) is not None and s.uid and early(u.status, s)
+        if (s := seen.get(u.name)) is not None and (entry := _entry(u.status, s)) is not None
     }
-    if not changes:
+    dropped = superseded(plan, entries)
+    if not changes and not dropped:
         return None
     kept = {
         name: entry
         for name, entry in entries.items()
-        if (s := seen.get(name)) is not None and ahead(entry, s.uid, s.epoch, s.resource_version)
+        if name not in dropped
+        and (s := seen.get(name)) is not None
+        and pending(entry, s.uid, s.epoch, s.in_sync)
     }
     return {**kept, **changes}
 
@@ -72,7 +94,7 @@ def overlay(observed: Mapping[str, Observed], entries: Mapping[str, MapEntry]) -
         if item is None:
             continue
         seen, status = item
-        if ahead(entry, seen.uid, seen.epoch, seen.resource_version):
+        if pending(entry, seen.uid, seen.epoch, seen.in_sync):
             out[name] = entry.applied_to(status)
     return out
 

@@ -22,13 +22,14 @@ from typing import Any, cast
 
 import kopf
 
-from hybridmq.api.assignment_map import ahead
+from hybridmq.api.assignment_map import pending
 from hybridmq.api.resources import FailoverRecord, PartitionStatus
 from hybridmq.planner import (
     DeletePartition,
     MessageManager,
     Plan,
     ReleaseFinalizer,
+    UpdatePartitionStatus,
     commit,
     decision_shape,
     figures,
@@ -185,7 +186,7 @@ class Reconciler:
             if body is None:
                 continue
             seen = _seen(body)
-            if ahead(entry, seen.uid, seen.epoch, seen.resource_version):
+            if pending(entry, seen.uid, seen.epoch, seen.in_sync):
                 observed[name] = (seen, PartitionStatus.model_validate(body.get("status") or {}))
         self.behind = commit.overlay(observed, self.map.entries)
         for name, status in self.behind.items():
@@ -277,10 +278,11 @@ async def _commit_primaries(
     result: Plan,
     current: Mapping[str, Mapping[str, Any]],
     logger: Any,
-) -> None:
+) -> frozenset[str]:
     """The round's primary changes and in-sync removals in one write of the assignment map, before
     the status writes: the brokers act on it at once. Without it (too large, refused) the status
-    writes carry them."""
+    writes carry them, but for the Partitions returned: their statuses would name a replica again
+    that an entry still in the map removed, and wait for a round whose map write drops it."""
     seen = {
         n: _seen(current[n])
         for n in {u.name for u in result.updates()} | set(rec.map.entries)
@@ -288,19 +290,20 @@ async def _commit_primaries(
     }
     entries = commit.map_commit(result, seen, rec.map.entries)
     if entries is None:
-        return
+        return frozenset()
     started = time.monotonic()
     try:
         await asyncio.to_thread(rec.map.write, settings, entries)
     except (kube.KubeError, MapTooLarge) as exc:
         logger.warning("assignment map not written (%s); the Partition statuses carry the changes", exc)
-        return
+        return commit.superseded(result, rec.map.entries)
     logger.info(
         "committed %d primary changes and %d in-sync removals in the assignment map in %.3fs",
         sum(1 for n, e in entries.items() if n in seen and e.status.epoch > seen[n].epoch),
         sum(1 for n, e in entries.items() if n in seen and e.status.epoch == seen[n].epoch),
         time.monotonic() - started,
     )
+    return frozenset()
 
 
 async def reconcile_round(
@@ -359,7 +362,12 @@ async def reconcile_round(
     if result.changes:
         t_planned = time.monotonic()
         current = {str(b["metadata"]["name"]): b for b in snapshot.partitions}
-        await _commit_primaries(rec, settings, result, current, logger)
+        held = await _commit_primaries(rec, settings, result, current, logger)
+        if held:
+            kept = tuple(
+                c for c in result.changes if not (isinstance(c, UpdatePartitionStatus) and c.name in held)
+            )
+            result = replace(result, changes=kept)
         outcome = await asyncio.to_thread(apply_plan, settings, result, current, cluster_ref(body), rec.pool)
         if len(result.changes) >= 20 or outcome.failovers:
             logger.info(
