@@ -219,3 +219,21 @@ def test_a_broker_takes_an_in_sync_removal_from_the_map_until_the_partition_chan
         MAP, "MODIFIED", configmap({"p0": {k: v for k, v in removal.items() if k != "resourceVersion"}})
     )
     assert src.partitions()["p0"].in_sync == ("mm-0", "mm-2")
+
+
+def test_a_change_to_a_partition_the_map_is_still_ahead_of_stays_a_change_of_epoch() -> None:
+    """The map promoted c at epoch 5; the Partition as written is still at epoch 4. A plan made
+    from the map's view changes the partition again at epoch 5: its entry must still count by its
+    epoch (a removal entry would wait for a status at epoch 5, and brokers would go back to the old
+    primary), and an entry still ahead of its Partition stays in the map."""
+    promoted = MapEntry.of("u0", status(5, "c", replicas=["c", "a"], inSync=["c", "a"]))
+    written = {"p0": seen("u0", 4, rv="100", in_sync=("b", "c", "a")), "p1": seen("u1", 4, rv="7")}
+    other = MapEntry.of("u1", status(5, "d"))
+    narrower = status(5, "c", replicas=["c", "e"], inSync=["c"])
+    entries = commit.map_commit(
+        Plan(changes=(update("p0", narrower),)), written, {"p0": promoted, "p1": other}
+    )
+    assert entries is not None
+    assert entries["p0"].resource_version == "" and entries["p0"].status.in_sync == ["c"]
+    assert ahead(entries["p0"], "u0", 4, "100") and ahead(entries["p0"], "u0", 4, "101")
+    assert entries["p1"] == other

@@ -44,9 +44,9 @@ async def _commit(store: _Map) -> frozenset[str]:
     grown = Plan(
         changes=(UpdatePartitionStatus(name="p0", status=_status(["a", "c"]), reason="R", message=""),)
     )
-    rec = SimpleNamespace(map=store)
+    rec = SimpleNamespace(map=store, as_written={"p0": _body(["a"])})
     return await partitions._commit_primaries(
-        cast(Any, rec), cast(Any, None), grown, {"p0": _body(["a"])}, logging.getLogger("test")
+        cast(Any, rec), cast(Any, None), grown, logging.getLogger("test")
     )
 
 
@@ -59,3 +59,24 @@ async def test_a_grown_in_sync_set_waits_while_the_entry_that_removed_it_cannot_
     assert store.written == [{}]
     # No entry in the way: a failed write holds nothing back.
     assert await _commit(_Map({}, fail=True)) == frozenset()
+
+
+async def test_the_map_is_judged_against_the_partitions_as_written_not_as_the_map_has_them() -> None:
+    """The map promoted a at epoch 4; the Partition as written is still at epoch 3. The round's plan
+    (made from the map's view) drops c from the in-sync set at epoch 4: the entry it commits still
+    raises the epoch of the Partition as written, and the promotion is not lost from the map."""
+    promoted = MapEntry.of("u0", _status(["a", "c"]))
+    store = _Map({"p0": promoted}, fail=False)
+    behind = _body(["b", "a"])
+    behind["status"]["epoch"] = 3
+    narrower = Plan(
+        changes=(UpdatePartitionStatus(name="p0", status=_status(["a"]), reason="R", message=""),)
+    )
+    rec = SimpleNamespace(map=store, as_written={"p0": behind})
+    held = await partitions._commit_primaries(
+        cast(Any, rec), cast(Any, None), narrower, logging.getLogger("t")
+    )
+    assert held == frozenset()
+    (written,) = store.written
+    assert written["p0"].resource_version == "" and written["p0"].status.epoch == 4
+    assert written["p0"].status.in_sync == ["a"]

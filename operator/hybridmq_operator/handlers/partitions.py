@@ -111,6 +111,9 @@ class Reconciler:
         # The assignment map, and the Partitions it is ahead of (their statuses still to follow).
         self.map = MapStore(name, namespace)
         self.behind: dict[str, PartitionStatus] = {}
+        # The last round's Partitions as written (before the map's overlay): what says whether an
+        # entry of the map is still ahead of its Partition.
+        self.as_written: dict[str, dict[str, Any]] = {}
         # When each Partition's status was last written (time.monotonic()): figure-only updates
         # wait their turn (``hybridmq.planner.figures``).
         self.status_written: dict[str, float] = {}
@@ -174,6 +177,7 @@ class Reconciler:
         for name, at in list(self.deleted.items()):
             if name not in by_name or now - at > 30:
                 self.deleted.pop(name, None)
+        self.as_written = dict(by_name)
         self._overlay_map(by_name)
         return tuple(by_name.values())
 
@@ -276,17 +280,18 @@ async def _commit_primaries(
     rec: Reconciler,
     settings: ClusterSettings,
     result: Plan,
-    current: Mapping[str, Mapping[str, Any]],
     logger: Any,
 ) -> frozenset[str]:
     """The round's primary changes and in-sync removals in one write of the assignment map, before
     the status writes: the brokers act on it at once. Without it (too large, refused) the status
     writes carry them, but for the Partitions returned: their statuses would name a replica again
     that an entry still in the map removed, and wait for a round whose map write drops it."""
+    # As written, not as the map has them: an entry is judged against what the API holds.
+    written = rec.as_written
     seen = {
-        n: _seen(current[n])
+        n: _seen(written[n])
         for n in {u.name for u in result.updates()} | set(rec.map.entries)
-        if n in current
+        if n in written
     }
     entries = commit.map_commit(result, seen, rec.map.entries)
     if entries is None:
@@ -362,7 +367,7 @@ async def reconcile_round(
     if result.changes:
         t_planned = time.monotonic()
         current = {str(b["metadata"]["name"]): b for b in snapshot.partitions}
-        held = await _commit_primaries(rec, settings, result, current, logger)
+        held = await _commit_primaries(rec, settings, result, logger)
         if held:
             kept = tuple(
                 c for c in result.changes if not (isinstance(c, UpdatePartitionStatus) and c.name in held)
