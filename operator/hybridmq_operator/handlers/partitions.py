@@ -177,24 +177,29 @@ class Reconciler:
         for name, at in list(self.deleted.items()):
             if name not in by_name or now - at > 30:
                 self.deleted.pop(name, None)
-        self.as_written = dict(by_name)
-        self._overlay_map(by_name)
-        return tuple(by_name.values())
+        self.as_written = by_name
+        return tuple(self._overlay_map(by_name).values())
 
-    def _overlay_map(self, by_name: dict[str, dict[str, Any]]) -> None:
+    def _overlay_map(self, by_name: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
         """Partitions the assignment map is ahead of are planned as the map has them (cheap when
-        they caught up: one epoch comparison each)."""
+        they caught up: one epoch comparison each). ``by_name`` is left as written: a copy is made
+        only when the map is ahead of some Partition."""
         observed: dict[str, commit.Observed] = {}
         for name, entry in self.map.entries.items():
             body = by_name.get(name)
             if body is None:
                 continue
             seen = _seen(body)
+            # ``commit.overlay`` decides; this only spares parsing the statuses that caught up.
             if pending(entry, seen.uid, seen.epoch, seen.in_sync):
                 observed[name] = (seen, PartitionStatus.model_validate(body.get("status") or {}))
         self.behind = commit.overlay(observed, self.map.entries)
+        if not self.behind:
+            return by_name
+        overlaid = dict(by_name)
         for name, status in self.behind.items():
-            by_name[name] = {**by_name[name], "status": status_json(status)}
+            overlaid[name] = {**by_name[name], "status": status_json(status)}
+        return overlaid
 
     def remember(self, outcome: Outcome) -> None:
         self.written.update(outcome.written)
@@ -296,17 +301,20 @@ async def _commit_primaries(
     entries = commit.map_commit(result, seen, rec.map.entries)
     if entries is None:
         return frozenset()
-    started = time.monotonic()
+    before, started = rec.map.entries, time.monotonic()
     try:
         await asyncio.to_thread(rec.map.write, settings, entries)
     except (kube.KubeError, MapTooLarge) as exc:
         logger.warning("assignment map not written (%s); the Partition statuses carry the changes", exc)
         return commit.superseded(result, rec.map.entries)
     logger.info(
-        "committed %d primary changes and %d in-sync removals in the assignment map in %.3fs",
-        sum(1 for n, e in entries.items() if n in seen and e.status.epoch > seen[n].epoch),
-        sum(1 for n, e in entries.items() if n in seen and e.status.epoch == seen[n].epoch),
+        "wrote the assignment map in %.3fs: %d entries ahead of their Partitions "
+        "(%d primary changes, %d in-sync removals), %d of them new this round",
         time.monotonic() - started,
+        len(entries),
+        sum(1 for e in entries.values() if not e.resource_version),
+        sum(1 for e in entries.values() if e.resource_version),
+        sum(1 for n, e in entries.items() if before.get(n) != e),
     )
     return frozenset()
 
