@@ -65,6 +65,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# A reconcile round is cancelled (and started again) when one partition's step takes this long: the
+# bound catches a step that hangs, not a long round (hundreds of replacement backups after a
+# failover take longer than this on a busy MM, and each one done is progress).
+STEP_BOUND_S = 10.0
+
 # Backups promoted side by side in one round (each mostly waits: its fetcher to stop, its log read
 # back in a worker thread).
 PROMOTIONS_AT_ONCE = 16
@@ -145,6 +150,8 @@ class ReplicaManager:
         self.step = "idle"  # what the reconciler is doing (stats)
         self.stopping = False  # asked to stop: the report requests a graceful handoff (handoff.py)
         self._budget: asyncio.Timeout | None = None  # the reconcile round's bound against hangs
+        self.promotions_total = 0
+        self.last_promotions: tuple[int, float] = (0, 0.0)  # the last round's: how many, seconds
         self._recovering = 0  # promotions reading their log back now
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -190,7 +197,7 @@ class ReplicaManager:
             await self._dirty.wait()
             self._dirty.clear()
             try:
-                async with asyncio.timeout(10) as self._budget:
+                async with asyncio.timeout(STEP_BOUND_S) as self._budget:
                     await self.reconcile()
             except asyncio.CancelledError:
                 task = asyncio.current_task()
@@ -213,6 +220,7 @@ class ReplicaManager:
             (kept, promoted, rest)[self._urgency(name, a)].append(a)
         for a in kept:
             await self._apply(a)
+            self._progressed()
         kept_s = time.monotonic() - started
         # Promotions wait on the loop (the backup's fetcher to stop, the log read back in a
         # thread): one after the other, a few hundred of them took seconds on a busy MM.
@@ -221,13 +229,19 @@ class ReplicaManager:
         async def promote(a: PartitionAssignment) -> None:
             async with slots:
                 await self._apply(a)
+                self._progressed()
 
         async with asyncio.TaskGroup() as group:
             for a in promoted:
                 group.create_task(promote(a))
         promoted_s = time.monotonic() - started
+        if promoted:
+            self.promotions_total += len(promoted)
+            self.last_promotions = (len(promoted), promoted_s - kept_s)
+            log.info("promoted %d backups in %.3f s", len(promoted), promoted_s - kept_s)
         for a in rest:
             await self._apply(a)
+            self._progressed()
             # Opening a new backup awaits nothing: without a turn for the other tasks, a round of
             # hundreds of them (the replacements after a failover) held the loop for seconds, and
             # this MM's heartbeats with it - its lease lapsed in the middle of its promotions.
@@ -235,6 +249,7 @@ class ReplicaManager:
         for name in [n for n in self.replicas if n not in table]:
             self.step = f"{name}: removed"
             await self._be_none(name, delete=True)
+            self._progressed()
             await asyncio.sleep(0)
         self.step = "idle"
         self.mm.wake()
@@ -251,12 +266,21 @@ class ReplicaManager:
                 len(rest),
             )
 
+    def _progressed(self) -> None:
+        """One partition of the round is done: the round's bound starts again (``STEP_BOUND_S``)."""
+        budget = self._budget
+        if budget is not None and not budget.expired() and not self._recovering:
+            budget.reschedule(asyncio.get_running_loop().time() + STEP_BOUND_S)
+
     async def _apply(self, a: PartitionAssignment) -> None:
         """This MM's part in one partition of the table."""
         self.step = f"{a.name}: {a.primary}@{a.epoch}"
         if a.primary == self.me:
             await self._be_primary(a)
-        elif self.me in a.replicas:
+            return
+        # Produces held for a promotion here that the table at this epoch gives to another MM.
+        self.mm.promotion_waits.refuse(a.name, f"{self.me} is not primary of {a.name}", a.epoch)
+        if self.me in a.replicas:
             await self._be_backup(a)
         elif a.name in self.replicas:
             await self._be_none(a.name, delete=False)
@@ -313,6 +337,12 @@ class ReplicaManager:
         r.storage = storage
         alter = self._alter_in_sync(a.name, a.epoch) if self.liveness.commits_in_sync else None
         try:
+            # The new epoch's start is written and fsynced (file and directory) before the first
+            # write at it: off the loop, or each promotion held every other one (and every produce
+            # and fetch of this MM) for that long. Nothing else writes this log meanwhile: the
+            # fetcher is stopped and no host serves it yet. The primary's own registration of the
+            # epoch below is then a no-op.
+            await asyncio.to_thread(storage.log.begin_epoch, a.epoch)
             leader = PartitionPrimary(
                 storage.log,
                 partition=a.name,
@@ -329,6 +359,7 @@ class ReplicaManager:
         except StaleEpochError:
             log.error("%s: the log has seen an epoch newer than %d; not serving it", a.name, a.epoch)
             r.role, r.epoch = Role.NONE, a.epoch
+            self.mm.promotion_waits.refuse(a.name, f"{a.name}: not served at epoch {a.epoch}")
             return
         c = self.mm.config
         host = PartitionHost(
@@ -354,6 +385,7 @@ class ReplicaManager:
         r.tasks.append(asyncio.create_task(leader.run_maintenance(max(self.lag_time_ms / 4000, 0.05))))
         r.leader, r.host, r.role, r.epoch, r.primary_mm = leader, host, Role.PRIMARY, a.epoch, self.me
         self.mm.hosts[a.name] = host
+        self.mm.promotion_waits.release(a.name, host.enqueue_produce)
         for link in self.mm.links.values():
             for pattern, mode, durable in link.subscriptions:
                 host.attach(link, pattern, mode, durable)
@@ -374,7 +406,7 @@ class ReplicaManager:
             self._recovering -= 1
             # Promotions run side by side: the bound comes back when the last read is done.
             if budget is not None and not budget.expired() and not self._recovering:
-                budget.reschedule(asyncio.get_running_loop().time() + 10)
+                budget.reschedule(asyncio.get_running_loop().time() + STEP_BOUND_S)
 
     async def _be_backup(self, a: PartitionAssignment) -> None:
         r = self.replicas.setdefault(a.name, Replica(a.name))

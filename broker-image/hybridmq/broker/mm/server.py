@@ -30,6 +30,7 @@ from hybridmq.broker.mm.handoff import hand_off
 from hybridmq.broker.mm.internal_log import open_internal_log
 from hybridmq.broker.mm.liveness import Liveness, NoLease
 from hybridmq.broker.mm.partition import PartitionHost
+from hybridmq.broker.mm.promotion_waits import PromotionWaits
 from hybridmq.broker.mm.readiness import CatchUp
 from hybridmq.broker.mm.replica_manager import ReplicaManager
 from hybridmq.broker.mm.replica_transport import REPLICA_FRAMES
@@ -83,6 +84,7 @@ class MessageManager:
             fetch_max_wait_ms=fetch_max_wait_ms,
         )
         self.hosts: dict[str, PartitionHost] = {}
+        self.promotion_waits = PromotionWaits()  # produces for partitions this MM is taking over
         self._requests: set[asyncio.Task[None]] = set()  # requests answered in the background
         self.links: dict[tuple[int, str], ConsumerLink] = {}
         self.conns: set[Connection] = set()
@@ -151,6 +153,7 @@ class MessageManager:
     async def stop(self) -> None:
         await self.liveness.stop()  # first: nothing is acknowledged once another may be promoted
         await self.replica_manager.stop()
+        self.promotion_waits.refuse_all(f"{self.config.name} is stopping")
         self.listening = False
         if self._server:
             self._server.close()
@@ -256,6 +259,18 @@ class MessageManager:
             return ErrorCode.AUTH_FAILED, "peer authentication failed: wrong or missing cluster secret"
         return None
 
+    def _taking_over(self, name: str, host: PartitionHost | None, frame: dict[str, Any]) -> bool:
+        """A produce routed (epoch ``e``) to this MM before it serves ``name`` at that epoch, while
+        its table names it primary at ``e`` (the promotion is under way) or does not know ``e``
+        yet (the table is on the way): held until the promotion is done (``PromotionWaits``)."""
+        epoch = frame.get("e")
+        if not isinstance(epoch, int) or (host is not None and host.epoch >= epoch):
+            return False
+        a = self.source.partitions().get(name)
+        if a is None:
+            return False
+        return a.epoch < epoch or (a.epoch == epoch and a.primary == self.config.name)
+
     def _closed(self, conn: Connection) -> None:
         self.conns.discard(conn)
         for k in [k for k in self.links if k[0] == id(conn)]:
@@ -271,11 +286,12 @@ class MessageManager:
             return
         try:
             if t == FrameType.PRODUCE:
-                host = self.hosts.get(frame.get("p", ""))
+                name = str(frame.get("p", ""))
+                host = self.hosts.get(name)
+                if self._taking_over(name, host, frame) and self.promotion_waits.hold(name, conn, frame):
+                    return
                 if host is None:
-                    conn.reply_error(
-                        frame, ErrorCode.NOT_PRIMARY, f"{self.config.name} hosts no {frame.get('p')}"
-                    )
+                    conn.reply_error(frame, ErrorCode.NOT_PRIMARY, f"{self.config.name} hosts no {name}")
                     return
                 host.enqueue_produce(conn, frame)
             elif t in (FrameType.ACK, FrameType.NACK):
@@ -347,6 +363,14 @@ class MessageManager:
             },
             "internal_log": self._internal_log_stats(),
             "replicas": self.replica_manager.stats(),
+            # A failover's takeover here: backups promoted (the last round: how many, how long)
+            # and the produces that waited for them.
+            "promotions": {
+                "total": self.replica_manager.promotions_total,
+                "last_round": self.replica_manager.last_promotions[0],
+                "last_round_seconds": self.replica_manager.last_promotions[1],
+                "produces": self.promotion_waits.stats(),
+            },
             "lease_valid": self.liveness.valid(),
             "lease": self.liveness.stats(),
         }

@@ -1,0 +1,105 @@
+"""Produce requests that reach an MM for a partition it is about to lead: held until it leads it.
+
+After an MM is lost, the CMs route a partition's produces to its new primary as soon as the table
+names it. The new primary may still be promoting its backup copy (a few hundred promotions take a
+second or two on a busy MM). Refused, the producer would resend after its back-off (up to half a
+second); held here, the request is served the moment the promotion is done, like a request in
+Kafka's purgatory.
+
+A request is held only while the MM's own table says it leads the partition at the epoch the CM
+routed with, or the CM already knows a newer epoch than this MM (its table is on the way). It is
+refused (``NOT_PRIMARY``, which the producer resends) when the promotion gives up, when the wait
+passes ``max_wait_s``, and at once when ``max_held`` requests already wait: the MM holds bounded
+memory for producers it does not serve yet.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from hybridmq.api.frames import ErrorCode
+from hybridmq.protocol import Connection
+
+MAX_WAIT_S = 5.0
+MAX_HELD = 10_000
+
+Held = tuple[Connection, dict[str, Any]]
+
+
+class PromotionWaits:
+    def __init__(self, max_wait_s: float = MAX_WAIT_S, max_held: int = MAX_HELD) -> None:
+        self.max_wait_s = max_wait_s
+        self.max_held = max_held
+        self._held: dict[str, list[Held]] = {}
+        self._timers: dict[str, asyncio.TimerHandle] = {}
+        self._count = 0
+        self.held_total = 0  # requests ever held
+        self.refused_total = 0  # of those, refused in the end (not served here)
+
+    def __len__(self) -> int:
+        return self._count
+
+    def hold(self, partition: str, conn: Connection, frame: dict[str, Any]) -> bool:
+        """Hold ``frame`` until ``partition`` is served here; False (not held) when full."""
+        if self._count >= self.max_held:
+            return False
+        waiting = self._held.setdefault(partition, [])
+        waiting.append((conn, frame))
+        self._count += 1
+        self.held_total += 1
+        if partition not in self._timers:
+            loop = asyncio.get_running_loop()
+            why = f"{partition}: no primary here within {self.max_wait_s:g}s"
+            self._timers[partition] = loop.call_later(self.max_wait_s, self.refuse, partition, why)
+        return True
+
+    def release(self, partition: str, serve: Callable[[Connection, dict[str, Any]], None]) -> int:
+        """The partition is served here now: hand each held request to ``serve``, in arrival order."""
+        held = self._take(partition)
+        for conn, frame in held:
+            if not conn.closed:
+                serve(conn, frame)
+        return len(held)
+
+    def refuse(self, partition: str, why: str, through_epoch: int | None = None) -> int:
+        """The partition will not be served here (or not soon): refuse what waits for it, or only
+        the requests routed at ``through_epoch`` or before (the table at that epoch names another
+        primary; a request routed at a newer epoch may still be for this MM)."""
+        held = self._take(partition, through_epoch)
+        self.refused_total += len(held)
+        for conn, frame in held:
+            if not conn.closed:
+                conn.reply_error(frame, ErrorCode.NOT_PRIMARY, why)
+        return len(held)
+
+    def stats(self) -> dict[str, int]:
+        return {"held": self._count, "held_total": self.held_total, "refused_total": self.refused_total}
+
+    def refuse_all(self, why: str) -> None:
+        for partition in list(self._held):
+            self.refuse(partition, why)
+
+    def _take(self, partition: str, through_epoch: int | None = None) -> list[Held]:
+        if partition not in self._held:
+            return []
+        waiting = self._held.pop(partition)
+        if through_epoch is None:
+            taken = waiting
+        else:
+            taken = [h for h in waiting if _epoch(h[1]) <= through_epoch]
+            kept = [h for h in waiting if _epoch(h[1]) > through_epoch]
+            if kept:
+                self._held[partition] = kept
+        if partition not in self._held:
+            timer = self._timers.pop(partition, None)
+            if timer is not None:
+                timer.cancel()
+        self._count -= len(taken)
+        return taken
+
+
+def _epoch(frame: dict[str, Any]) -> int:
+    epoch = frame.get("e")
+    return epoch if isinstance(epoch, int) else -1

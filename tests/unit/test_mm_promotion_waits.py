@@ -1,0 +1,60 @@
+"""The MM's hold of produces for a coming promotion: bounded, in order, and refused by epoch."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from hybridmq.api.frames import ErrorCode
+from hybridmq.broker.mm.promotion_waits import PromotionWaits
+
+
+class FakeConn:
+    def __init__(self) -> None:
+        self.closed = False
+        self.errors: list[tuple[int, ErrorCode]] = []
+
+    def reply_error(self, frame: dict[str, Any], code: ErrorCode, msg: str) -> None:
+        self.errors.append((frame["c"], code))
+
+
+def frame(c: int, epoch: int) -> dict[str, Any]:
+    return {"c": c, "p": "p0", "e": epoch}
+
+
+async def test_held_requests_are_served_in_arrival_order_once() -> None:
+    waits, conn, served = PromotionWaits(), FakeConn(), []
+    for c in range(3):
+        assert waits.hold("p0", conn, frame(c, 4))  # type: ignore[arg-type]
+    assert len(waits) == 3
+    assert waits.release("p0", lambda _conn, f: served.append(f["c"])) == 3
+    assert waits.release("p0", lambda _conn, f: served.append(f["c"])) == 0
+    assert served == [0, 1, 2] and len(waits) == 0 and conn.errors == []
+
+
+async def test_the_hold_is_bounded_and_a_closed_connection_gets_nothing() -> None:
+    waits, conn, gone = PromotionWaits(max_held=2), FakeConn(), FakeConn()
+    assert waits.hold("p0", conn, frame(1, 4))  # type: ignore[arg-type]
+    assert waits.hold("p1", gone, frame(2, 4))  # type: ignore[arg-type]
+    assert not waits.hold("p0", conn, frame(3, 4))  # type: ignore[arg-type]
+    gone.closed = True
+    waits.refuse_all("stopping")
+    assert conn.errors == [(1, ErrorCode.NOT_PRIMARY)] and gone.errors == [] and len(waits) == 0
+
+
+async def test_a_table_at_one_epoch_refuses_only_what_was_routed_at_it_or_before() -> None:
+    waits, conn = PromotionWaits(), FakeConn()
+    for c, epoch in ((1, 3), (2, 4), (3, 5)):
+        waits.hold("p0", conn, frame(c, epoch))  # type: ignore[arg-type]
+    assert waits.refuse("p0", "another primary at 4", through_epoch=4) == 2
+    assert conn.errors == [(1, ErrorCode.NOT_PRIMARY), (2, ErrorCode.NOT_PRIMARY)]
+    served: list[int] = []
+    assert waits.release("p0", lambda _conn, f: served.append(f["c"])) == 1
+    assert served == [3]
+
+
+async def test_what_waits_too_long_is_refused() -> None:
+    waits, conn = PromotionWaits(max_wait_s=0.05), FakeConn()
+    waits.hold("p0", conn, frame(1, 4))  # type: ignore[arg-type]
+    await asyncio.sleep(0.2)
+    assert conn.errors == [(1, ErrorCode.NOT_PRIMARY)] and len(waits) == 0
