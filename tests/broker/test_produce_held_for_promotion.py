@@ -115,6 +115,9 @@ async def test_a_produce_for_a_coming_promotion_is_held_then_stored(tmp_path: Pa
         with _as_cm(cluster, "mm-1") as sock:
             reply = _held_until_reassigned(cluster, sock, taken, "mm-1", b"across the takeover")
             assert reply["t"] == PRODUCE_ACK, reply
+        # What an operator sees of it (the MM's stats, which /metrics flattens).
+        seen = cluster.mm_stats("mm-1")["promotions"]
+        assert seen["produces"] == {"held": 0, "held_total": 1, "refused_total": 0}, seen
         assert await _stored(cluster, taken.name) == [b"across the takeover"]
 
 

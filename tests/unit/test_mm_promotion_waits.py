@@ -42,6 +42,14 @@ async def test_the_hold_is_bounded_and_a_closed_connection_gets_nothing() -> Non
     assert conn.errors == [(1, ErrorCode.NOT_PRIMARY)] and gone.errors == [] and len(waits) == 0
 
 
+async def test_the_hold_is_bounded_in_bytes_too() -> None:
+    waits, conn = PromotionWaits(max_bytes=100), FakeConn()
+    assert waits.hold("p0", conn, {**frame(1, 4), "b": b"x" * 60})  # type: ignore[arg-type]
+    assert not waits.hold("p0", conn, {**frame(2, 4), "b": b"x" * 60})  # type: ignore[arg-type]
+    waits.release("p0", lambda _conn, f: None)
+    assert waits.hold("p0", conn, {**frame(3, 4), "b": b"x" * 60})  # type: ignore[arg-type]
+
+
 async def test_a_table_at_one_epoch_refuses_only_what_was_routed_at_it_or_before() -> None:
     waits, conn = PromotionWaits(), FakeConn()
     for c, epoch in ((1, 3), (2, 4), (3, 5)):

@@ -9,8 +9,8 @@ Kafka's purgatory.
 A request is held only while the MM's own table says it leads the partition at the epoch the CM
 routed with, or the CM already knows a newer epoch than this MM (its table is on the way). It is
 refused (``NOT_PRIMARY``, which the producer resends) when the promotion gives up, when the wait
-passes ``max_wait_s``, and at once when ``max_held`` requests already wait: the MM holds bounded
-memory for producers it does not serve yet.
+passes ``max_wait_s``, and at once when ``max_held`` requests or ``max_bytes`` of records already
+wait: the MM holds bounded memory for producers it does not serve yet.
 """
 
 from __future__ import annotations
@@ -24,17 +24,22 @@ from hybridmq.protocol import Connection
 
 MAX_WAIT_S = 5.0
 MAX_HELD = 10_000
+MAX_HELD_BYTES = 64 * 1024 * 1024  # of record payload: a few full batches, not a flood's worth
 
 Held = tuple[Connection, dict[str, Any]]
 
 
 class PromotionWaits:
-    def __init__(self, max_wait_s: float = MAX_WAIT_S, max_held: int = MAX_HELD) -> None:
+    def __init__(
+        self, max_wait_s: float = MAX_WAIT_S, max_held: int = MAX_HELD, max_bytes: int = MAX_HELD_BYTES
+    ) -> None:
         self.max_wait_s = max_wait_s
         self.max_held = max_held
+        self.max_bytes = max_bytes
         self._held: dict[str, list[Held]] = {}
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._count = 0
+        self._bytes = 0
         self.held_total = 0  # requests ever held
         self.refused_total = 0  # of those, refused in the end (not served here)
 
@@ -43,11 +48,13 @@ class PromotionWaits:
 
     def hold(self, partition: str, conn: Connection, frame: dict[str, Any]) -> bool:
         """Hold ``frame`` until ``partition`` is served here; False (not held) when full."""
-        if self._count >= self.max_held:
+        size = _size(frame)
+        if self._count >= self.max_held or self._bytes + size > self.max_bytes:
             return False
         waiting = self._held.setdefault(partition, [])
         waiting.append((conn, frame))
         self._count += 1
+        self._bytes += size
         self.held_total += 1
         if partition not in self._timers:
             loop = asyncio.get_running_loop()
@@ -97,7 +104,13 @@ class PromotionWaits:
             if timer is not None:
                 timer.cancel()
         self._count -= len(taken)
+        self._bytes -= sum(_size(h[1]) for h in taken)
         return taken
+
+
+def _size(frame: dict[str, Any]) -> int:
+    blob = frame.get("b")
+    return len(blob) if isinstance(blob, bytes) else 0
 
 
 def _epoch(frame: dict[str, Any]) -> int:
