@@ -306,9 +306,11 @@ class ReplicaManager:
         entry = self.mm.source.brokers().get(peer)
         return entry.address if entry is not None else None
 
-    def _open_storage(self, r: Replica) -> PartitionStorage:
+    async def _open_storage(self, r: Replica) -> PartitionStorage:
         c = self.mm.config
-        r.incarnation = incarnation.ensure(c.data_dir / r.name)
+        # A new copy's incarnation is written and fsynced: off the loop, like a promotion's epoch
+        # (a failover opens hundreds of replacement copies).
+        r.incarnation = await asyncio.to_thread(incarnation.ensure, c.data_dir / r.name)
         return PartitionStorage.open(
             c.data_dir / r.name,
             LogConfig(
@@ -331,7 +333,7 @@ class ReplicaManager:
         await self._stop_backup(r)
         await self._stop_primary(r)
         if r.storage is None:
-            storage = self._open_storage(r)
+            storage = await self._open_storage(r)
         else:  # a fresh cache: a backup's log may have been truncated under the old one
             storage = PartitionStorage(r.storage.log, self.mm.config.cache_bytes)
         r.storage = storage
@@ -413,7 +415,7 @@ class ReplicaManager:
         if r.role == Role.PRIMARY:
             await self._stop_primary(r)
         if r.storage is None:
-            r.storage = self._open_storage(r)
+            r.storage = await self._open_storage(r)
         if a.primary is None:
             await self._stop_backup(r)
             r.role, r.epoch = Role.BACKUP, a.epoch
