@@ -26,6 +26,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +64,8 @@ class PrimaryWatch:
     def __init__(self, kube: Kube) -> None:
         self.kube = kube
         self.seen: dict[str, dict[str, Any]] = {}
+        # Called with (name, status, when) for every event, from the watch thread.
+        self.on_event: Callable[[str, dict[str, Any], float], None] | None = None
         self.changed = threading.Condition()
         self._stop = False
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -80,13 +83,12 @@ class PrimaryWatch:
                 timeout_seconds=30,
             ):
                 obj = ev["object"]
+                name, status, at = obj["metadata"]["name"], obj.get("status") or {}, time.monotonic()
                 with self.changed:
-                    self.seen[obj["metadata"]["name"]] = {
-                        "at": time.monotonic(),
-                        "status": obj.get("status") or {},
-                        "type": ev["type"],
-                    }
+                    self.seen[name] = {"at": at, "status": status, "type": ev["type"]}
                     self.changed.notify_all()
+                if self.on_event is not None:
+                    self.on_event(name, status, at)
                 if self._stop:
                     return
 

@@ -13,6 +13,8 @@ covering many partitions at a low rate (one message per ``--interval`` per parti
 * ``operator_cpu_s``: CPU seconds the operator process used from the kill until every producer had
   its first ack; ``api_requests``: requests the kube-apiserver served in that window (all clients:
   operator, brokers, node agent; from its ``apiserver_request_total``);
+* ``redundant_s``: until every partition that had a copy on the killed MM was seen with fewer than
+  two in-sync copies and then with two again (replacement copies caught up);
 * per MM, before the kill: open file descriptors and RSS.
 
 ``--local``: the same failover without Kubernetes: ``hybridmq local`` (real MM and CM processes, the
@@ -238,6 +240,29 @@ class MapWatch:
         self._stop.set()
 
 
+class RedundancyWatch:
+    """When every partition that had a copy on the lost MM was seen with fewer than two in-sync
+    copies and then with two again (Kafka's under-replicated partitions back at 0): replacement
+    copies on the survivors caught up, or the lost MM's own copies once it is back."""
+
+    def __init__(self, affected: set[str]) -> None:
+        self.pending, self.dipped = set(affected), set[str]()
+        self.armed = False
+        self.at: float | None = None
+        self.done = threading.Event()
+
+    def event(self, name: str, status: dict[str, Any], at: float) -> None:
+        if not self.armed or name not in self.pending:
+            return
+        if len(status.get("inSync") or []) < 2:
+            self.dipped.add(name)
+        elif name in self.dipped:
+            self.pending.discard(name)
+            if not self.pending:
+                self.at = at
+                self.done.set()
+
+
 class Producers:
     """``count`` producer processes sharing the partitions round-robin."""
 
@@ -348,11 +373,14 @@ def failover(cluster: LocalCluster, ns: str, args: argparse.Namespace, directory
             resources = mm_resources(cluster, ns, sorted(led))
             victims = led[victim]
             pw = PrimaryWatch(kube)
+            rw = RedundancyWatch({p["metadata"]["name"] for p in parts if victim in p["status"]["replicas"]})
+            pw.on_event = rw.event
             mw = MapWatch(kube, {n: epochs[n] for n in victims}, victim)
             time.sleep(1.0)
             load_before = load()
             cpu0, req0 = operator_cpu(op), apiserver_requests(cluster)
             t0 = time.monotonic()
+            rw.armed = True
             cluster.kill_container(ns, victim, "mm")
 
             def moved(seen: dict[str, dict[str, Any]]) -> bool:
@@ -363,7 +391,6 @@ def failover(cluster: LocalCluster, ns: str, args: argparse.Namespace, directory
                 return True
 
             t1 = pw.wait(moved, 120)
-            pw.stop()
             mw.stop()
             t_map = mw.at if mw.at is not None else t1
             print(
@@ -380,6 +407,13 @@ def failover(cluster: LocalCluster, ns: str, args: argparse.Namespace, directory
         t_last = t0 + max(got) if got else time.monotonic()
         # CPU and requests up to the last producer's first ack (read now: the window is over).
         cpu1, req1 = operator_cpu(op), apiserver_requests(cluster)
+        rw.done.wait(max(0.0, t0 + args.redundancy_timeout - time.monotonic()))
+        pw.stop()
+        print(
+            f"{len(rw.dipped)} partitions lost a copy; every one back to two in-sync copies after "
+            + (f"{rw.at - t0:.1f}s" if rw.at is not None else f"more than {args.redundancy_timeout:.0f}s"),
+            flush=True,
+        )
         return {
             "partitions": args.partitions,
             "mms": args.mms,
@@ -394,6 +428,7 @@ def failover(cluster: LocalCluster, ns: str, args: argparse.Namespace, directory
             # What the brokers act on (the assignment map, or the statuses if that came first).
             "all_primaries_s": round(min(t_map, t1) - t0, 3),
             "all_statuses_s": round(t1 - t0, 3),
+            "redundant_s": round(rw.at - t0, 1) if rw.at is not None else f">{args.redundancy_timeout:.0f}",
             **first_ack_figures(firsts, victims, window_s),
             "operator_cpu_s": round(cpu1 - cpu0, 2),
             "api_requests": req1 - req0,
@@ -570,6 +605,9 @@ def main() -> int:
     parser.add_argument("--warmup", type=float, default=5.0)
     parser.add_argument("--after", type=float, default=8.0, help="seconds of load after the reassignment")
     parser.add_argument("--place-timeout", type=float, default=1200.0)
+    parser.add_argument(
+        "--redundancy-timeout", type=float, default=300.0, help="seconds to wait for two in-sync copies again"
+    )
     parser.add_argument("--steady", type=float, default=0.0, help="steady-state mode for this many seconds")
     parser.add_argument(
         "--settle-quiet", type=float, default=15.0, help="--steady: no change applied this long = settled"
