@@ -29,9 +29,11 @@ def ensure(directory: Path) -> str:
     return read(directory) or write(directory, uuid.uuid4().hex)
 
 
-def write(directory: Path, incarnation: str) -> str:
-    """Store ``incarnation`` durably (a crash leaves the old file or the new one, never half)."""
-    directory.mkdir(parents=True, exist_ok=True)
+def write(directory: Path, incarnation: str, *, create: bool = True) -> str:
+    """Store ``incarnation`` durably (a crash leaves the old file or the new one, never half).
+    ``create=False``: the directory must exist (FileNotFoundError: the copy was deleted)."""
+    if create:
+        directory.mkdir(parents=True, exist_ok=True)
     tmp = directory / f"{FILE}.tmp"  # the log loader removes a leftover *.tmp
     with tmp.open("w") as f:
         f.write(incarnation)

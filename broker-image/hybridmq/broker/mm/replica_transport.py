@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from hybridmq.api.assignment import BrokerRole
@@ -144,7 +144,7 @@ class TcpPrimaryTransport:
         peer: str,
         *,
         timeout_s: float = 3.0,
-        on_incarnation: Callable[[str], None] | None = None,
+        on_incarnation: Callable[[str], Awaitable[None]] | None = None,
         batcher: FetchBatcher | None = None,
     ) -> None:
         self.links = links
@@ -157,7 +157,7 @@ class TcpPrimaryTransport:
         if self.batcher is not None:
             response, incarnation = await self.batcher.fetch(request)
             if self.on_incarnation is not None and incarnation and response.error == ErrorCode.NONE:
-                self.on_incarnation(incarnation)
+                await self.on_incarnation(incarnation)  # stored before the records it came with
             return response
         timeout = self.timeout_s + request.max_wait_ms / 1000.0
         data = await self.links.request(
@@ -166,7 +166,7 @@ class TcpPrimaryTransport:
         response = from_wire(FetchResponse, data)
         incarnation = data.get("incarnation")
         if self.on_incarnation is not None and incarnation and response.error == ErrorCode.NONE:
-            self.on_incarnation(str(incarnation))
+            await self.on_incarnation(str(incarnation))
         return response
 
     async def end_offset_for_epoch(self, request: EpochEndOffsetRequest) -> EpochEndOffsetResponse:
