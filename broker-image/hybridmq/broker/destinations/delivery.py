@@ -129,6 +129,10 @@ class DeliveryState:
     redeliver: list[tuple[int, int]] = field(default_factory=list)  # heap of (first, last) given back
     deliveries: dict[int, int] = field(default_factory=dict)  # offset -> times delivered (> 1)
     acked: RangeSet = field(default_factory=RangeSet)  # acknowledged records above the cursor
+    # Records handed out and neither acknowledged nor given back: what ``left`` of every pending
+    # delivery holds. A delivery is keyed by its first offset, and that key stays while any of its
+    # records is out, also when its first record was given back alone.
+    outstanding: RangeSet = field(default_factory=RangeSet)
     streams: dict[str, OpenStream] = field(default_factory=dict)
     delivered_through: int = 0
     unsent: RangeSet = field(default_factory=RangeSet)  # below ``delivered_through``, never sent
@@ -206,6 +210,7 @@ class DeliveryState:
         self.pending[first] = Pending(
             first, count, size, link, blob, times, stream, fin, RangeSet([(first, last)])
         )
+        self.outstanding.add(first, last)
         self.delivered_through = max(self.delivered_through, last + 1)
         self.delivery_dirty = True
         if stream is not None and stream not in self.streams:
@@ -232,6 +237,8 @@ class DeliveryState:
         """Take ``[first, last]`` (outstanding: checked by ``_runs``) out of the delivery at ``start``."""
         p = self.pending[start]
         records, size = p.take(first, last) or (0, 0)
+        if records:
+            self.outstanding.remove(first, last)
         p.link.inflight -= records
         p.link.inflight_bytes -= size
         if not p.left:
@@ -372,16 +379,38 @@ class DeliveryState:
 
 
 def pop_redelivery(state: DeliveryState) -> tuple[int, int] | None:
-    """The next run given back that is neither acknowledged nor handed out again meanwhile."""
-    while state.redeliver:
-        first, last = heapq.heappop(state.redeliver)
-        if first in state.pending:
-            continue
-        first = state.acked.next_missing(first)
-        if first > last:
-            continue
-        end = state.acked.missing_until(first, last)
-        if end < last:
-            heapq.heappush(state.redeliver, (end + 1, last))
-        return first, end
-    return None
+    """The next run given back that is neither acknowledged nor handed out again meanwhile (the
+    records of a run are checked one by one: what is out again is skipped, the rest stays due).
+
+    A record that is the key of a delivery still out (its first record, given back alone while the
+    consumer holds the others) waits until that delivery is settled: a delivery is named by its
+    first offset, so it cannot go out again under the same name before."""
+    waiting: list[tuple[int, int]] = []
+    try:
+        while state.redeliver:
+            first, last = heapq.heappop(state.redeliver)
+            first = _next_due(state, first)
+            if first > last:
+                continue
+            if first in state.pending:
+                waiting.append((first, first))
+                if first < last:
+                    heapq.heappush(state.redeliver, (first + 1, last))
+                continue
+            end = min(state.acked.missing_until(first, last), state.outstanding.missing_until(first, last))
+            if end < last:
+                heapq.heappush(state.redeliver, (end + 1, last))
+            return first, end
+        return None
+    finally:
+        for run in waiting:
+            heapq.heappush(state.redeliver, run)
+
+
+def _next_due(state: DeliveryState, offset: int) -> int:
+    """The first offset at or after ``offset`` neither acknowledged nor outstanding."""
+    while True:
+        due = state.outstanding.next_missing(state.acked.next_missing(offset))
+        if due == offset:
+            return due
+        offset = due
