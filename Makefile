@@ -97,9 +97,12 @@ test-unit: $(STAMP)
 test-broker: $(STAMP)
 	$(VENV)/bin/pytest -ra tests/broker
 
-# The adversarial suite, long (default 300 s; HYBRIDMQ_ADVERSARIAL_SECONDS and _SEED override)
+# The adversarial suite, long (default 300 s; HYBRIDMQ_ADVERSARIAL_SECONDS and _SEED override), then
+# the model-based tests (queue semantics, planner convergence) with ten times their examples.
+MODEL_TESTS := tests/unit/test_queue_model.py tests/unit/test_planner_convergence.py tests/broker/test_queue_model_live.py
 adversarial: $(STAMP)
 	HYBRIDMQ_ADVERSARIAL_SECONDS=$${HYBRIDMQ_ADVERSARIAL_SECONDS:-300} $(VENV)/bin/pytest -ra -s tests/adversarial
+	HYBRIDMQ_MODEL_EXAMPLES=$${HYBRIDMQ_MODEL_EXAMPLES:-300} $(VENV)/bin/pytest -ra $(MODEL_TESTS)
 
 test-k8s: setup
 	$(VENV)/bin/pytest -ra tests/k8s tests/e2e
