@@ -85,7 +85,7 @@ fmt: $(STAMP)
 	$(VENV)/bin/ruff check --fix .
 
 test: setup
-	$(VENV)/bin/pytest -ra tests
+	HYBRIDMQ_TESTS_RECORD=1 $(VENV)/bin/pytest -ra --durations=20 tests
 
 # The kind node-loss test alone (stops a worker container; `make test` runs it last of the kind tests)
 test-node-loss: setup
