@@ -13,6 +13,9 @@ that off).
 ``Session.connect(..., transacted=True)`` groups sends and receives into transactions
 (``commit()`` / ``rollback()``): ``client/tx_session.py``.
 
+``async with`` (``with`` for the blocking wrappers) closes what it opened; after ``close()`` a
+client raises ``ClientClosedError``. One that is never closed leaves a ``ResourceWarning``.
+
 ``Fetcher`` reads partitions by offset (the PySpark data source, the audit): ``client/fetcher.py``.
 
 Destinations are ``topic:<name>`` (the default for a bare name) or ``queue:<name>``.
@@ -31,6 +34,7 @@ from hybridmq.client.fetcher import (
 )
 from hybridmq.client.message import Ack, Message
 from hybridmq.client.producer import Producer
+from hybridmq.client.session import ClientClosedError
 from hybridmq.client.tx_session import Session, TransactionRolledBack
 
 __all__ = [
@@ -38,6 +42,7 @@ __all__ = [
     "BlockingConsumer",
     "BlockingProducer",
     "BlockingSession",
+    "ClientClosedError",
     "ClientError",
     "Consumer",
     "FetchResult",

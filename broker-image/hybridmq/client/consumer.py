@@ -38,7 +38,14 @@ from hybridmq.api.frames import BatchFlag, ErrorCode, FrameType
 from hybridmq.client.connection import ClientError
 from hybridmq.client.message import Message, unpack_records
 from hybridmq.client.redelivery import HandedOut
-from hybridmq.client.session import Session, SessionArgs, SessionClient, SessionOptions
+from hybridmq.client.session import (
+    ClientClosedError,
+    Session,
+    SessionArgs,
+    SessionClient,
+    SessionOptions,
+    unclosed,
+)
 from hybridmq.protocol import Connection, RemoteError
 from hybridmq.protocol.connection import ConnectionClosed
 
@@ -188,10 +195,24 @@ class Consumer(SessionClient):
         self._drop_handed = True
 
     async def __aenter__(self) -> Consumer:
+        """``async with await Consumer.connect(...) as c``: subscribed already; closed at the end."""
+        if self.closed:
+            raise ClientClosedError("the consumer is closed")
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+    @property
+    def closed(self) -> bool:
+        """``close()`` or ``abort()`` was called."""
+        return self.session.closing
+
+    def __del__(self, _unclosed: Callable[[object, str], None] = unclosed) -> None:
+        session: Session | None = getattr(self, "session", None)  # (None: ``__init__`` failed)
+        if session is not None and not session.closing:
+            subscribe = getattr(self, "_subscribe", None) or {}
+            _unclosed(self, f"Consumer ({subscribe.get('d', '?')})")
 
     def on_frame(self, frame: dict[str, Any]) -> None:
         t = frame.get("t")
@@ -420,6 +441,8 @@ class Consumer(SessionClient):
             # None: a connection ended (checked above); a replacement may be on its way
 
     def _ended_error(self) -> BaseException:
+        if self.session.closing:
+            return ClientClosedError("the consumer is closed")
         return self.error or self.session.error or ConnectionError("consumer connection closed")
 
     async def _next_chunk(self, sid: str) -> dict[str, Any]:
@@ -473,6 +496,8 @@ class Consumer(SessionClient):
 
     async def receive(self, timeout: float | None = None) -> Message | StreamMessage:  # noqa: ASYNC109
         """The next message (raises TimeoutError after ``timeout`` seconds)."""
+        if self.session.closing:
+            raise ClientClosedError("the consumer is closed")
         while not self._current:
             self._finish_current()
             frame = await self._next_frame(timeout)
@@ -514,8 +539,9 @@ class Consumer(SessionClient):
             raise StopAsyncIteration from None
 
     async def close(self) -> None:
+        """Acknowledge what was received (``auto_ack``), unsubscribe and end the session."""
         conn = self.session.conn
-        if not conn.closed:
+        if not conn.closed and not self.session.closing:
             if not self._current:
                 self._finish_current()
             self._flush_acks()  # before the UNSUBSCRIBE gives back what they acknowledge

@@ -33,6 +33,7 @@ seconds, reconnecting to the bootstrap CMs when the connection is lost.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,6 +42,7 @@ from hybridmq.client.connection import ClientError, connect
 from hybridmq.client.distribution import Strategy
 from hybridmq.client.message import unpack_records
 from hybridmq.client.send_log import producer_key
+from hybridmq.client.session import ClientClosedError, unclosed
 from hybridmq.client.transport import Transport
 from hybridmq.protocol import Connection, RemoteError
 from hybridmq.protocol.connection import ConnectionClosed
@@ -192,10 +194,22 @@ class Fetcher:
         return cls(conn, runner, reconnect, retry_s=retry_s, request_timeout=request_timeout)
 
     async def __aenter__(self) -> Fetcher:
+        """``async with await Fetcher.connect(...) as f``: connected already; closed at the end."""
+        if self._closed:
+            raise ClientClosedError("the fetcher is closed")
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+    @property
+    def closed(self) -> bool:
+        """``close()`` was called."""
+        return self._closed
+
+    def __del__(self, _unclosed: Callable[[object, str], None] = unclosed) -> None:
+        if getattr(self, "_closed", True) is False:
+            _unclosed(self, "Fetcher")
 
     async def _request(self, frame: dict[str, Any]) -> dict[str, Any]:
         """One request, retried on transient errors and lost connections for ``retry_s``."""
@@ -203,12 +217,16 @@ class Fetcher:
         deadline = loop.time() + self.retry_s
         delay = 0.05
         while True:
+            if self._closed:
+                raise ClientClosedError("the fetcher is closed")
             try:
                 if self.conn.closed:
-                    if self._closed:
-                        raise ConnectionClosed("fetcher closed")
                     self._runner.cancel()
                     self.conn, self._runner = await self._reconnect()
+                    if self._closed:  # closed while reconnecting
+                        self.conn.close()
+                        self._runner.cancel()
+                        continue
                 reply: dict[str, Any] = await self.conn.request(dict(frame), timeout=self.request_timeout)
                 return reply
             except RemoteError as exc:

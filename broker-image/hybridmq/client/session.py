@@ -10,6 +10,12 @@ a new connection is (``Owner.restore``: a consumer subscribes again) and what to
 
 ``reconnect=False`` makes a session that ends with its first connection (tools that must notice a
 lost CM themselves).
+
+A session whose reader task is cancelled does not reconnect either: that is the event loop shutting
+down (``asyncio.run`` cancels the tasks left when the program's coroutine returns, then closes the
+loop), not a lost CM. A reconnection started then would outlive the loop ("Task was destroyed but it
+is pending!"). ``close()`` is still the way to end a session; an owner that was never closed leaves
+one ``ResourceWarning`` (``unclosed``) when it is collected.
 """
 
 from __future__ import annotations
@@ -18,6 +24,8 @@ import asyncio
 import contextlib
 import logging
 import time
+import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, TypedDict
 
@@ -30,6 +38,20 @@ from hybridmq.protocol import Connection
 from hybridmq.protocol.tls import SslOption
 
 log = logging.getLogger(__name__)
+
+
+class ClientClosedError(ConnectionError):
+    """The producer, consumer, fetcher or session was closed (``close()``, ``abort()`` or the end
+    of its ``async with`` block): it cannot be used any more."""
+
+
+def unclosed(
+    obj: object, what: str, block: str = "async with", warn: Callable[..., None] = warnings.warn
+) -> None:
+    """The one line a client object that was never closed leaves when it is collected (a
+    ``ResourceWarning``, shown with ``-W always::ResourceWarning`` or ``-X dev``, as aiohttp's
+    "Unclosed client session")."""
+    warn(f"Unclosed {what}: close() it or use '{block}'", ResourceWarning, source=obj)
 
 
 class Owner(Protocol):
@@ -153,15 +175,36 @@ class Session:
     def _lost(self, conn: Connection) -> None:
         if conn is not self.conn or self._owner is None:
             return
-        if not self.closing and self.options.reconnect and self._reconnect_task is None:
+        if self._reader_cancelled():
+            # Not a lost CM: the event loop is shutting down (``asyncio.run`` cancels the tasks
+            # left when its coroutine returns, and closes the loop once they are done). A
+            # reconnection started now would not be among them and would outlive the loop as
+            # "Task was destroyed but it is pending!". The session ends here, not closed by its owner.
+            if self._keepalive is not None:
+                with contextlib.suppress(RuntimeError):  # (the loop is closed already)
+                    self._keepalive.cancel()
+        elif not self.closing and self.options.reconnect and self._reconnect_task is None:
             self._reconnect_task = asyncio.get_running_loop().create_task(self._reconnect(conn))
         self._owner.lost()
+
+    def _reader_cancelled(self) -> bool:
+        """The connection was closed by the cancellation of its reader task (or with no loop
+        running): there is nothing to reconnect on."""
+        try:
+            task = asyncio.current_task()
+        except RuntimeError:
+            return True  # no running event loop
+        return task is not None and task is self._runner and task.cancelling() > 0
 
     async def _reconnect(self, lost: Connection) -> None:
         assert self._owner is not None
         restored = False
         try:
             restored = await self._reconnect_until_given_up(lost)
+        except asyncio.CancelledError:
+            if self._reconnect_task is asyncio.current_task():
+                self._reconnect_task = None  # (the event loop is shutting down)
+            raise
         except Exception:
             log.exception("reconnecting failed")
         if restored:
@@ -208,6 +251,10 @@ class Session:
             conn.close()
             runner.cancel()
             return False
+        except BaseException:  # cancelled (closed, or the event loop is shutting down)
+            conn.close()
+            runner.cancel()
+            raise
         if self.closing:
             conn.close()
             runner.cancel()
@@ -242,14 +289,19 @@ class Session:
 
     def close(self) -> None:
         """End the session: no reconnection; what waits for a connection fails."""
+        if self.closing:
+            return
         self.closing = True
         for task in (self._reconnect_task, self._keepalive):
             if task is not None:
                 task.cancel()
         self._reconnect_task = None
+        lost_before = self.conn.closed
         self.conn.close()
         if self._runner is not None:
             self._runner.cancel()
+        if lost_before and self._owner is not None:
+            self._owner.lost()  # (closed while reconnecting: no close callback tells the owner)
 
 
 class SessionClient:

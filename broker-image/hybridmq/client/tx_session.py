@@ -37,8 +37,8 @@ from hybridmq.api.frames import ErrorCode, FrameType, canonical
 from hybridmq.client.connection import ClientError
 from hybridmq.client.consumer import Consumer
 from hybridmq.client.message import Message, now_ms, pack_records
+from hybridmq.client.session import ClientClosedError, SessionArgs, SessionOptions, unclosed
 from hybridmq.client.session import Session as Connection_
-from hybridmq.client.session import SessionArgs, SessionOptions
 from hybridmq.protocol import Connection, RemoteError
 from hybridmq.protocol.connection import ConnectionClosed
 
@@ -99,6 +99,8 @@ class Session:
     async def consumer(self, destination: str, durable: str | None = None) -> Consumer:
         """A consumer of ``destination`` (a queue, or a topic: a subscription of its own, or the
         ``durable`` one) on this session's CM, one message at a time."""
+        if self._conn.closing:
+            raise ClientClosedError("the session is closed")
         options = self._conn.options
         peer = self._conn.conn.peer
         address = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else options.bootstrap
@@ -212,6 +214,8 @@ class Session:
         )
 
     def _check_usable(self) -> None:
+        if self._conn.closing:
+            raise ClientClosedError("the session is closed")
         if self._failed is not None:
             raise ClientError(
                 ErrorCode.TX_ROLLED_BACK,
@@ -286,13 +290,15 @@ class Session:
                 reply = await self._request({"t": FrameType.TX_RESOLVE, "x": txid, "ps": participants})
                 return bool(reply["committed"])
             except (RemoteError, ConnectionError, ConnectionClosed, TimeoutError) as exc:
-                if time.monotonic() > deadline:
+                if self._conn.closing or time.monotonic() > deadline:
                     self._failed = f"outcome of {txid} unknown: {exc}"
                     raise ClientError(ErrorCode.TX_IN_DOUBT, self._failed) from None
             await asyncio.sleep(0.2)
 
     async def _request(self, frame: dict[str, Any]) -> dict[str, Any]:
         """A request on the current connection, waiting for a reconnection first if needed."""
+        if self._conn.closing:
+            raise ClientClosedError("the session is closed")
         for _ in range(600):
             if not self._conn.conn.closed or self._conn.ended:
                 break
@@ -303,12 +309,30 @@ class Session:
         return reply
 
     async def close(self) -> None:
-        for consumer in self._consumers:
-            await consumer.close()
-        self._conn.close()
+        """Close the session's consumers (what they received in an open transaction is given
+        back) and its connection."""
+        try:
+            for consumer in self._consumers:
+                await consumer.close()
+        finally:
+            self._conn.close()
+
+    @property
+    def closed(self) -> bool:
+        """``close()`` was called."""
+        return self._conn.closing
 
     async def __aenter__(self) -> Session:
+        """``async with await Session.connect(...) as s``: connected already; closed at the end
+        (an open transaction is not committed: what it received is given back)."""
+        if self.closed:
+            raise ClientClosedError("the session is closed")
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+    def __del__(self, _unclosed: Callable[[object, str], None] = unclosed) -> None:
+        conn: Connection_ | None = getattr(self, "_conn", None)  # (None: ``__init__`` failed)
+        if conn is not None and not conn.closing:
+            _unclosed(self, "Session (transacted)" if getattr(self, "transacted", False) else "Session")

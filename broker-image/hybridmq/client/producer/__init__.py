@@ -26,7 +26,7 @@ consumer lags too far behind, a slow consumer throttles its producers.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterable, Iterable
+from collections.abc import AsyncIterable, Callable, Iterable
 from typing import Any, Unpack
 
 from hybridmq.api.assignment import PartitionType
@@ -38,7 +38,14 @@ from hybridmq.client.producer.move import OnDemandMove
 from hybridmq.client.producer.sender import FIXED_RETRIABLE, RETRIABLE, Sender
 from hybridmq.client.producer.stream import send_stream
 from hybridmq.client.send_log import SendLog, SendLogTarget
-from hybridmq.client.session import Session, SessionArgs, SessionClient, SessionOptions
+from hybridmq.client.session import (
+    ClientClosedError,
+    Session,
+    SessionArgs,
+    SessionClient,
+    SessionOptions,
+    unclosed,
+)
 from hybridmq.protocol import Connection, RemoteError
 
 __all__ = ["MAX_RECORD_BYTES", "Producer"]
@@ -115,10 +122,24 @@ class Producer(SessionClient):
         )
 
     async def __aenter__(self) -> Producer:
+        """``async with await Producer.connect(...) as p``: connected already; closed at the end."""
+        if self.closed:
+            raise ClientClosedError("the producer is closed")
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+    @property
+    def closed(self) -> bool:
+        """``close()`` or ``abort()`` was called."""
+        return self.session.closing
+
+    def __del__(self, _unclosed: Callable[[object, str], None] = unclosed) -> None:
+        session: Session | None = getattr(self, "session", None)  # (None: ``__init__`` failed)
+        if session is not None and not session.closing:
+            sender: Sender | None = getattr(self, "_sender", None)
+            _unclosed(self, f"Producer ({sender.partition if sender else '?'})")
 
     # -- what the session tells ------------------------------------------------------------------
     def on_frame(self, frame: dict[str, Any]) -> None:
@@ -166,6 +187,8 @@ class Producer(SessionClient):
     # -- sending ---------------------------------------------------------------------------------
     def _check_open(self) -> None:
         """Raise when the session ended (a closed connection being replaced keeps buffering)."""
+        if self.session.closing:
+            raise ClientClosedError("the producer is closed")
         if self.session.ended:
             raise self.error or self.session.error or ConnectionError("producer connection closed")
 
