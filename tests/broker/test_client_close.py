@@ -217,7 +217,8 @@ def test_with_blocking_wrappers(cluster: LocalCluster) -> None:
     with BlockingProducer(bootstrap, partition_type="fixed", key="k", client_id="close-bp") as producer:
         producer.send(dest, b"one")
     with BlockingConsumer(bootstrap, dest, client_id="close-bc") as consumer:
-        assert consumer.receive(timeout=10).value == b"one"
+        message = consumer.receive(timeout=10)
+        assert isinstance(message, Message) and message.value == b"one"
     assert producer.closed and consumer.closed
     for client_id in ("close-bp", "close-bc"):
         asyncio.run(_gone(cluster, client_id))
