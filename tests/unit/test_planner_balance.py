@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from hybridmq.api.assignment import PartitionAssignment
+from hybridmq.api.assignment import PartitionAssignment, PartitionType
 from hybridmq.local.controller import cluster_spec
 from hybridmq.planner import ReplicaReport, plan_assignments
 
@@ -51,3 +51,37 @@ def test_a_returning_mm_gets_primaries_back_until_balanced() -> None:
     assert max(primaries(table).values()) - min(primaries(table).values()) <= 1
     assert all(len(a.replicas) == 2 for a in table)
     assert any(a.epoch > epochs[a.name] for a in table)
+
+
+def fixed(index: int, *replicas: str) -> PartitionAssignment:
+    return PartitionAssignment(
+        name=f"local-fixed-{index}",
+        type=PartitionType.FIXED,
+        epoch=1,
+        primary=replicas[0],
+        replicas=replicas,
+        in_sync=replicas,
+    )
+
+
+def test_the_copy_added_to_receive_a_primary_is_not_trimmed_before_it_gets_it() -> None:
+    """The MM leading the fewest fixed partitions may hold the most replicas (backups of others):
+    the copy a balancing move put there must receive the primary, not be trimmed as surplus."""
+    mms = ("mm-0", "mm-1", "mm-2", "mm-3")
+    spec = cluster_spec(fixed=4, replicas=2, on_demand_per_mm=0)
+    # mm-1 leads two, mm-0 none but holds two backups, neither of a partition mm-1 leads.
+    table: tuple[PartitionAssignment, ...] = (
+        fixed(0, "mm-1", "mm-2"),
+        fixed(1, "mm-1", "mm-3"),
+        fixed(2, "mm-2", "mm-0"),
+        fixed(3, "mm-3", "mm-0"),
+    )
+    history: list[tuple[str, ...]] = []
+    for _ in range(10):
+        result = plan_assignments(table, mms, spec=spec, reports=caught_up(table))
+        history.append(tuple(e.reason for c in result.plan.changes for e in getattr(c, "events", ())))
+        table = result.assignments
+    led = Counter({mm: 0 for mm in mms} | Counter(a.primary for a in table if a.primary))
+    assert max(led.values()) - min(led.values()) <= 1, f"never balanced: {led}; events {history[-3:]}"
+    assert all(len(a.replicas) == 2 for a in table)
+    assert history[-1] == (), f"still planning changes: {history[-3:]}"

@@ -9,8 +9,14 @@ leads at least two more than the one leading the fewest (lo):
 
 1. if a partition led by hi has an in-sync copy on lo, lo becomes its primary at ``epoch + 1`` (the
    old primary stays an in-sync backup; producers resend there as after a handoff);
-2. else lo gets an extra copy of a partition led by hi; once it is in sync, ``trim_extra`` removes
-   the copy on the MM holding the most replicas and step 1 hands the primary over.
+2. else lo gets an extra copy of a partition led by hi; once it is in sync, step 1 hands it the
+   primary and, in the same round (``plan()`` balances before it trims), ``trim_extra`` removes a
+   surplus backup: never the new primary.
+
+Until then ``trim_extra`` leaves a partition alone while it holds a surplus copy that could take
+its primary (``awaiting_handover``): lo leads the fewest partitions but may hold the most replicas
+(backups of others), so trimming by load would remove exactly that copy, and the next settled
+round would add it again, for ever.
 
 Waiting for every primary's report at its epoch paces the moves (one per confirmed step) and keeps
 the plan idempotent: planning again on its own result, before the brokers answer, changes nothing.
@@ -18,7 +24,7 @@ the plan idempotent: planning again on its own result, before the brokers answer
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from hybridmq.api.resources import PartitionState
 from hybridmq.planner.draft import Context, Draft
@@ -26,7 +32,7 @@ from hybridmq.planner.failover import hand_over
 from hybridmq.planner.placement import Load
 from hybridmq.planner.state import ReplicaReport, natural_key
 
-__all__ = ["rebalance"]
+__all__ = ["awaiting_handover", "rebalance"]
 
 HANDOFF_REASON = "graceful handoff: balancing primaries"
 
@@ -43,19 +49,51 @@ def _settled(fixed: Sequence[Draft], ctx: Context, reports: Mapping[str, Replica
     return True
 
 
-def rebalance(
-    drafts: Sequence[Draft], ctx: Context, load: Load, reports: Mapping[str, ReplicaReport | None]
-) -> None:
-    """At most one balancing step per round (see the module docstring)."""
-    if ctx.moving_off or len(ctx.eligible) < 2 or any(not m.alive for m in ctx.mms.values()):
-        return
-    fixed = [d for d in drafts if not d.deleting and not d.is_on_demand and d.placed]
-    if not fixed or not _settled(fixed, ctx, reports):
-        return
+def _may_balance(ctx: Context) -> bool:
+    """No MM lost, stopping or leaving, and at least two to balance over."""
+    return not ctx.moving_off and len(ctx.eligible) >= 2 and all(m.alive for m in ctx.mms.values())
+
+
+def _placed_fixed(drafts: Iterable[Draft]) -> list[Draft]:
+    return [d for d in drafts if not d.deleting and not d.is_on_demand and d.placed]
+
+
+def _led(fixed: Iterable[Draft], ctx: Context) -> dict[str, int]:
+    """Fixed partitions led by each eligible MM."""
     counts = dict.fromkeys(ctx.eligible, 0)
     for d in fixed:
         if d.primary in counts:
             counts[d.primary] += 1
+    return counts
+
+
+def awaiting_handover(drafts: Sequence[Draft], ctx: Context) -> frozenset[str]:
+    """Fixed partitions holding more copies than their target, one of them on an MM that leads at
+    least two fixed partitions fewer than their primary: balancing hands that copy the primary
+    once the cluster is settled, so surplus copies are trimmed only after it did."""
+    if not _may_balance(ctx):
+        return frozenset()
+    fixed = _placed_fixed(drafts)
+    led = _led(fixed, ctx)
+    waiting = set()
+    for d in fixed:
+        if d.primary not in led or len(d.replicas) <= d.target:
+            continue
+        if any(r in led and led[d.primary] - led[r] >= 2 for r in d.replicas):
+            waiting.add(d.name)
+    return frozenset(waiting)
+
+
+def rebalance(
+    drafts: Sequence[Draft], ctx: Context, load: Load, reports: Mapping[str, ReplicaReport | None]
+) -> None:
+    """At most one balancing step per round (see the module docstring)."""
+    if not _may_balance(ctx):
+        return
+    fixed = _placed_fixed(drafts)
+    if not fixed or not _settled(fixed, ctx, reports):
+        return
+    counts = _led(fixed, ctx)
     by_name = sorted(counts, key=natural_key)  # ties: the first in natural order
     hi = max(by_name, key=counts.__getitem__)
     lo = min(by_name, key=counts.__getitem__)

@@ -1,8 +1,9 @@
 """The planner's entry points.
 
 ``plan(state)`` runs one round: observe reports -> fail over -> evacuate -> place -> spread over
-failure domains -> trim -> balance primaries -> create
-fixed and on-demand partitions -> collect drained on-demand ones -> emit the changes. It is pure,
+failure domains -> balance primaries -> trim -> create fixed and on-demand partitions -> collect
+drained on-demand ones -> emit the changes. Balancing comes before trimming so that a copy added to
+receive a primary gets it before surplus copies are removed (see ``balance.py``). It is pure,
 level-based and idempotent: planning again on the result of applying a plan changes nothing.
 ``max_creates`` bounds the Partitions one round creates (a cluster of a thousand partitions is
 created over several rounds, so failovers are not stuck behind a long bulk creation).
@@ -28,7 +29,7 @@ from hybridmq.api.resources import (
     PartitionStatus,
     partition_to_assignment,
 )
-from hybridmq.planner.balance import rebalance
+from hybridmq.planner.balance import awaiting_handover, rebalance
 from hybridmq.planner.changes import (
     Change,
     CreatePartition,
@@ -149,9 +150,10 @@ def plan(state: ClusterState, max_creates: int | None = None) -> Plan:
     for d in drafts:
         fill_replicas(d, ctx, load)
     respread(drafts, ctx, load)
-    for d in drafts:
-        trim_extra(d, ctx, load)
     rebalance(drafts, ctx, load, {name: info.report for name, info in by_name.items()})
+    waiting = awaiting_handover(drafts, ctx)
+    for d in drafts:
+        trim_extra(d, ctx, load, waiting)
     created = create_fixed(ctx, (d.name for d in drafts), load, max_creates)
     on_demand = top_up(ctx, [*drafts, *created], load)
     # Cut after the fact: top_up's extra load bookkeeping only skews this round's placement.

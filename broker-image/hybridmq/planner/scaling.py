@@ -18,7 +18,7 @@ says so in the status.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
 from hybridmq.api.resources import BrokerClusterSpec, PartitionSpec, PartitionState, PartitionType
@@ -178,13 +178,14 @@ def evacuate(draft: Draft, ctx: Context, load: Load) -> None:
         draft.event("ReplicaMoved", f"dropped replicas on {', '.join(leaving)}: the staying ones are in sync")
 
 
-def trim_extra(draft: Draft, ctx: Context, load: Load) -> None:
+def trim_extra(draft: Draft, ctx: Context, load: Load, awaiting_handover: Collection[str] = ()) -> None:
     """Remove backups beyond the target (after spec.replicas shrank, a balancing copy caught up, see
     ``balance.py``, or a backup added to spread the replicas over failure domains is in sync) once
     every replica is in sync: those sharing a domain with another replica first, then those on the
     MMs holding the most replicas, then the lowest ranked. Never the primary, never while an
-    evacuation is running."""
-    if draft.deleting or draft.draining or draft.primary is None:
+    evacuation is running, never while a surplus copy waits to take the primary from balancing
+    (``awaiting_handover``: partition names, see ``balance.awaiting_handover``)."""
+    if draft.deleting or draft.draining or draft.primary is None or draft.name in awaiting_handover:
         return
     if any(r in ctx.moving_off for r in draft.replicas):
         return
