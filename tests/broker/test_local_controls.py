@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from hybridmq.client import BlockingConsumer, BlockingProducer
+from hybridmq.client import BlockingConsumer, BlockingProducer, Message
 
 HYBRIDMQ = [sys.executable, "-m", "hybridmq.cli.main"]
 
@@ -66,7 +66,7 @@ def roundtrip(bootstrap: str, dest: str) -> bytes:
     consumer = BlockingConsumer(bootstrap, dest)
     try:
         message = consumer.receive(timeout=30)
-        assert message is not None
+        assert isinstance(message, Message)
         return bytes(message.value)
     finally:
         consumer.close()
@@ -100,9 +100,18 @@ def test_controls_with_replicas_act_and_refuse_an_unknown_mm_in_one_line(
     unknown = local("--dir", str(directory), "kill", "mm-9")
     assert unknown.returncode != 0
     assert "Traceback" not in unknown.stderr, unknown.stderr
-    assert unknown.stderr.strip() == "hybridmq local: cannot signal 'mm-9'"
+    assert unknown.stderr.strip() == "hybridmq local: cannot signal 'mm-9' (the brokers are cm-0, mm-0, mm-1)"
     killed = local("--dir", str(directory), "kill", "mm-1")
     assert killed.returncode == 0, killed.stderr
     state = local("--dir", str(directory), "state")
     assert state.returncode == 0, state.stderr
-    assert "reports" in json.loads(state.stdout)
+    seen = json.loads(state.stdout)
+    assert "reports" in seen
+    assert seen["processes"]["mm-1"].startswith("exited") and seen["processes"]["mm-0"] == "running"
+    started = local("--dir", str(directory), "start", "mm-1")
+    assert started.returncode == 0, started.stderr
+    again = local("--dir", str(directory), "start", "mm-1")  # already running: refused, left alone
+    assert again.returncode != 0
+    assert again.stderr.strip() == "hybridmq local: mm-1 is running: kill it first"
+    state = local("--dir", str(directory), "state")
+    assert json.loads(state.stdout)["processes"]["mm-1"] == "running"

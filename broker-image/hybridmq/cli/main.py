@@ -315,30 +315,66 @@ def main(argv: list[str] | None = None) -> None:
     co.add_argument("--timeout", type=float, default=None)
     co.set_defaults(func=lambda a: _client_command(a, _consume))
 
-    lo = sub.add_parser("local", help="CMs + N MMs on loopback (static, or replicated with --replicas)")
-    lo.add_argument("--mms", type=int, default=1)
-    lo.add_argument("--cms", type=int, default=1, help="number of CMs (cm-0 listens on --port)")
-    lo.add_argument("--fixed-per-mm", type=int, default=2)
-    lo.add_argument("--on-demand-per-mm", type=int, default=2)
-    lo.add_argument("--dir", default=".hybridmq-local")
-    lo.add_argument("--port", type=int, default=7000)
-    lo.add_argument("--fsync", choices=["group", "always", "never"], default="group")
+    lo = sub.add_parser(
+        "local",
+        help="CMs + N MMs on loopback (static, or replicated with --replicas)",
+        description="CMs + N MMs as processes on 127.0.0.1. Without an action: run them in the "
+        "foreground (Ctrl-C stops them). With one: act on the cluster running in --dir, which needs "
+        "--replicas (its local controller): kill|start <broker> (mm-N or cm-N) or state.",
+    )
+    lo.add_argument("--mms", type=int, default=1, help="number of MMs (default 1)")
+    lo.add_argument("--cms", type=int, default=1, help="number of CMs (cm-0 listens on --port; default 1)")
+    lo.add_argument(
+        "--fixed-per-mm",
+        type=int,
+        help="fixed partitions each MM leads, one replica each (without --replicas; default 2)",
+    )
+    lo.add_argument("--on-demand-per-mm", type=int, default=2, help="on-demand partitions per MM (default 2)")
+    lo.add_argument(
+        "--dir", default=".hybridmq-local", help="data, logs, cluster secret, CA (default %(default)s)"
+    )
+    lo.add_argument("--port", type=int, default=7000, help="cm-0's client port (default 7000; 0: a free one)")
+    lo.add_argument(
+        "--fsync",
+        choices=["group", "always", "never"],
+        default="group",
+        help="the MMs' fsync (default group)",
+    )
     # Replication + failover through the local controller; process controls.
-    lo.add_argument("action", nargs="*", help="kill|start <mm> or state, against a running cluster")
+    lo.add_argument("action", nargs="*", help="kill|start <mm-N|cm-N> or state, against a running cluster")
     lo.add_argument("--replicas", type=int, help="replicated partitions planned by the local controller")
     lo.add_argument("--fixed", type=int, help="fixed partitions (with --replicas; default: --mms)")
     lo.add_argument(
         "--retention-after-drain",
         type=int,
-        default=300,
-        help="seconds a drained on-demand partition is kept before deletion (with --replicas)",
+        help="seconds a drained on-demand partition is kept before deletion (with --replicas; default 300)",
     )
     lo.add_argument(
         "--tls",
         action="store_true",
-        help="TLS everywhere with a throwaway CA (<dir>/ca.crt: give it to clients as --tls-ca)",
+        help="TLS on every listener with a throwaway CA (<dir>/ca.crt: give it to clients as --tls-ca)",
     )
-    lo.add_argument("--signal", default="KILL", choices=["KILL", "STOP", "CONT", "TERM"])
+    lo.add_argument(
+        "--max-redeliveries",
+        type=int,
+        help="deliveries of a queue message after the first before it moves to queue:_DMQ "
+        "(default: the MMs' own, 5 or $HYBRIDMQ_MAX_REDELIVERIES)",
+    )
+    lo.add_argument(
+        "--credentials",
+        help="authentication on: a file of user:password lines (plain, or from hybridmq hash-password) "
+        "or a directory with one file per user holding the password; re-read when it changes",
+    )
+    lo.add_argument(
+        "--acl",
+        help='per-user destination grants, JSON: {"alice": {"produce": ["queue:orders.*"], "consume": '
+        '["queue:*"]}, "*": {...}}; re-read when it changes',
+    )
+    lo.add_argument(
+        "--signal",
+        choices=["KILL", "STOP", "CONT", "TERM"],
+        help="with kill: the signal (default KILL; STOP freezes, CONT resumes, TERM a planned stop)",
+    )
     lo.set_defaults(func=_cmd_local)
 
     hp = sub.add_parser("hash-password", help="print a user:pbkdf2$... line for a credentials file")

@@ -10,10 +10,12 @@ Two ways to assign partitions, the brokers being the same:
   operator's pure planner (``fixed`` partitions, default one per MM, and ``on_demand_per_mm``,
   default 1, each with R replicas), pushes the table, takes the MMs' heartbeats (``lease_s``) and
   fails partitions over when one lapses. ``<dir>/controller.json`` names the controller URL for
-  ``hybridmq local kill mm-1``; its HTTP API drives the processes too (``POST /kill/mm-1?signal=KILL``).
+  ``hybridmq local kill mm-1``; its HTTP API drives the processes too (``POST /kill/mm-1?signal=KILL``,
+  CMs as well: ``POST /kill/cm-0``, ``POST /start/cm-0``; ``ClusterController``).
 
 Tests use this class too: ``kill_mm`` / ``kill_cm`` (any signal, e.g. SIGKILL), ``start_mm`` /
-``start_cm``, ``cms=M`` (CMs ``cm-0`` .. ``cm-<M-1>``; ``bootstraps`` lists them all), ``stop``
+``start_cm`` (each refuses a broker whose process still runs: ``BrokerRunning``), ``processes``
+(running, stopped, exited), ``cms=M`` (CMs ``cm-0`` .. ``cm-<M-1>``; ``bootstraps`` lists them all), ``stop``
 (terminates and reaps every process it started, nothing else).
 
 The ports (picked free, or ``cm_port``) are held from construction until ``stop`` (``ports.py``): no
@@ -25,6 +27,10 @@ Each run generates a fresh cluster secret, written to ``<dir>/cluster-secret`` (
 handed to the processes as ``HYBRIDMQ_CLUSTER_SECRET_FILE`` (not on their command line, where
 ``ps`` would show it); ``cluster_secret`` holds it for tests that talk to an MM directly.
 
+``credentials`` / ``acl`` (files in the CM's formats: ``hybridmq local --credentials/--acl``) turn
+authentication and destination ACLs on in every CM; ``max_redeliveries`` is the MMs'
+``--max-redeliveries``.
+
 ``tls=True`` (``hybridmq local --tls``): a throwaway CA (``<dir>/ca.crt``, what clients verify the
 CMs with: ``ca_file``, ``client_ssl()``) and one broker certificate for ``localhost``/127.0.0.1 in
 ``<dir>/tls/`` (``local/certs.py``); every listener is on TLS, brokers link with mutual TLS.
@@ -33,6 +39,7 @@ CMs with: ``ca_file``, ``client_ssl()``) and one broker certificate for ``localh
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -45,6 +52,8 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from aiohttp import web
 
 from hybridmq.api.assignment import BrokerEntry, BrokerRole, PartitionAssignment, PartitionType
 from hybridmq.api.resources import BrokerClusterSpec
@@ -83,6 +92,7 @@ class LocalCluster:
         cm_args: list[str] | None = None,
         log_level: str = "WARNING",
         tls: bool | Path = False,
+        max_redeliveries: int | None = None,
     ) -> None:
         self.dir = directory
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -107,7 +117,10 @@ class LocalCluster:
         self.credentials = credentials
         self.acl = acl
         self.mm_args = list(mm_args or [])
+        if max_redeliveries is not None:
+            self.mm_args = ["--max-redeliveries", str(max_redeliveries), *self.mm_args]
         self.cm_args = list(cm_args or [])
+        self.stopped: set[str] = set()  # processes sent SIGSTOP (and no SIGCONT, KILL or start since)
         self.controller: LocalController | None = None
         if replicas is not None:
             self.controller_port = self.ports.reserve()
@@ -176,14 +189,13 @@ class LocalCluster:
         self.assignments.write_text(self.source.to_json())
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         if replicas is not None:
-            self.controller = LocalController(
+            self.controller = ClusterController(
+                self,
                 self.mm_names,
                 brokers,
                 spec=self.spec,
                 lease_s=lease_s,
                 port=self.controller_port,
-                on_signal=lambda name, sig: self.kill_mm(name, SIGNALS[sig]),
-                on_start=self.start_mm,
                 secret=self.cluster_secret,
             )
 
@@ -231,7 +243,15 @@ class LocalCluster:
         self.procs[name] = proc
         return proc
 
+    def _not_running(self, name: str) -> None:
+        proc = self.procs.get(name)
+        if proc is not None and proc.poll() is None:
+            state = "stopped (--signal CONT resumes it)" if name in self.stopped else "running"
+            raise BrokerRunning(f"{name} is {state}: kill it first")
+        self.stopped.discard(name)
+
     def start_mm(self, name: str, wait: bool = True) -> None:
+        self._not_running(name)
         self._spawn(
             name,
             [
@@ -257,6 +277,7 @@ class LocalCluster:
             self.wait_listening(name)
 
     def start_cm(self, name: str = "cm-0") -> None:
+        self._not_running(name)
         args = [
             "cm",
             "--name",
@@ -346,11 +367,43 @@ class LocalCluster:
     def kill_mm(self, name: str, sig: int = signal.SIGKILL) -> None:
         proc = self.procs[name]
         proc.send_signal(sig)
+        if sig == signal.SIGSTOP and proc.poll() is None:
+            self.stopped.add(name)
+        elif sig in (signal.SIGCONT, signal.SIGKILL):
+            self.stopped.discard(name)
         if sig in (signal.SIGKILL, signal.SIGTERM):
             proc.wait(30)
 
     def kill_cm(self, name: str, sig: int = signal.SIGKILL) -> None:
         self.kill_mm(name, sig)
+
+    def processes(self) -> dict[str, str]:
+        """Each broker process: ``running``, ``stopped`` (SIGSTOP), ``exited <code>`` or ``not started``."""
+        out = {}
+        for name in [*self.cm_names, *self.mm_names]:
+            proc = self.procs.get(name)
+            code = proc.poll() if proc is not None else None
+            if proc is None:
+                out[name] = "not started"
+            elif code is not None:
+                out[name] = f"exited {code}"
+            else:
+                out[name] = "stopped" if name in self.stopped else "running"
+        return out
+
+    def signal_broker(self, name: str, sig: str) -> None:
+        """``hybridmq local kill <name> --signal <sig>``, for an MM or a CM."""
+        if name not in self.procs:
+            raise KeyError(name)
+        self.kill_mm(name, SIGNALS[sig])
+
+    def start_broker(self, name: str) -> None:
+        """``hybridmq local start <name>``: an MM, or a CM (back once it is linked to every MM)."""
+        if name in self.cm_ports:
+            self.start_cm(name)
+            self.wait_linked()
+        else:
+            self.start_mm(name)
 
     def pid(self, name: str) -> int:
         return self.procs[name].pid
@@ -446,6 +499,48 @@ def _die_with_parent() -> None:
 
 class BrokerExited(RuntimeError):
     """A broker process of the cluster ended while the runner waited for it."""
+
+
+class BrokerRunning(RuntimeError):
+    """A broker asked to start whose process still runs (or is stopped)."""
+
+
+class ClusterController(LocalController):
+    """The local controller of a ``LocalCluster``: its process controls reach every broker of the
+    cluster, CMs included (``POST /kill/cm-0``, ``POST /start/cm-0``), and ``GET /state`` also says
+    which broker processes run (``processes``: running, stopped, exited)."""
+
+    def __init__(self, cluster: LocalCluster, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.cluster = cluster
+
+    def state(self) -> dict[str, Any]:
+        return {**super().state(), "processes": self.cluster.processes()}
+
+    def _broker(self, request: web.Request, verb: str) -> str:
+        name = request.match_info["name"]
+        if name not in self.cluster.processes():
+            known = ", ".join(self.cluster.processes())
+            raise web.HTTPNotFound(text=f"cannot {verb} {name!r} (the brokers are {known})")
+        return name
+
+    async def _h_kill(self, request: web.Request) -> web.Response:
+        name = self._broker(request, "signal")
+        sig = request.query.get("signal", "KILL").upper()
+        if sig not in SIGNALS:
+            raise web.HTTPBadRequest(text=f"unknown signal {sig!r} (one of {', '.join(SIGNALS)})")
+        await asyncio.get_running_loop().run_in_executor(None, self.cluster.signal_broker, name, sig)
+        return web.json_response({"name": name, "signal": sig})
+
+    async def _h_start(self, request: web.Request) -> web.Response:
+        name = self._broker(request, "start")
+        try:
+            await asyncio.get_running_loop().run_in_executor(None, self.cluster.start_broker, name)
+        except BrokerRunning as exc:
+            raise web.HTTPConflict(text=str(exc)) from None
+        except (BrokerExited, TimeoutError) as exc:
+            raise web.HTTPInternalServerError(text=f"{name} did not start: {exc}") from None
+        return web.json_response({"name": name, "started": True})
 
 
 def wait_port(port: int, timeout: float = START_TIMEOUT_S, alive: Callable[[], None] | None = None) -> None:
