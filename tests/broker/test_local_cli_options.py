@@ -46,8 +46,8 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRun]:
             }
         )
     )
-    options = ("--mms", "1", "--cms", "2", "--replicas", "1", "--max-redeliveries", "1")
-    options += ("--fixed", "2", "--on-demand-per-mm", "1", "--fsync", "always")
+    options = ["--mms", "1", "--cms", "2", "--replicas", "1", "--max-redeliveries", "1"]
+    options += ["--fixed", "2", "--on-demand-per-mm", "1", "--fsync", "always"]
     local = start_local(d / "run", *options, "--credentials", str(users), "--acl", str(acl))
     try:
         yield local
