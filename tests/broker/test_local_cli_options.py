@@ -173,6 +173,16 @@ def test_stop_and_continue_a_cm(run: LocalRun) -> None:
     assert _roundtrip(run, "queue:cm-cont") == ["through cm-0"]
 
 
+def test_a_stopped_cm_ends_on_term_and_starts_again(run: LocalRun) -> None:
+    assert run.local("kill", "cm-0", "--signal", "STOP").returncode == 0
+    terminated = run.local("kill", "cm-0", "--signal", "TERM", timeout=60)
+    assert terminated.returncode == 0, terminated.stderr
+    assert _state(run)["cm-0"].startswith("exited")
+    started = run.local("start", "cm-0")
+    assert started.returncode == 0, started.stderr
+    assert _roundtrip(run, "queue:cm-term") == ["through cm-0"]
+
+
 def test_an_unknown_broker_is_refused_in_one_line(run: LocalRun) -> None:
     done = run.local("start", "cm-7")
     assert done.returncode != 0

@@ -367,6 +367,8 @@ class LocalCluster:
     def kill_mm(self, name: str, sig: int = signal.SIGKILL) -> None:
         proc = self.procs[name]
         proc.send_signal(sig)
+        if sig == signal.SIGTERM and name in self.stopped:
+            proc.send_signal(signal.SIGCONT)  # a stopped process handles SIGTERM only once resumed
         if sig == signal.SIGSTOP and proc.poll() is None:
             self.stopped.add(name)
         elif sig in (signal.SIGCONT, signal.SIGKILL):
@@ -529,7 +531,12 @@ class ClusterController(LocalController):
         sig = request.query.get("signal", "KILL").upper()
         if sig not in SIGNALS:
             raise web.HTTPBadRequest(text=f"unknown signal {sig!r} (one of {', '.join(SIGNALS)})")
-        await asyncio.get_running_loop().run_in_executor(None, self.cluster.signal_broker, name, sig)
+        try:
+            await asyncio.get_running_loop().run_in_executor(None, self.cluster.signal_broker, name, sig)
+        except subprocess.TimeoutExpired as exc:
+            raise web.HTTPGatewayTimeout(
+                text=f"{name} did not exit {exc.timeout:g} s after SIG{sig}"
+            ) from None
         return web.json_response({"name": name, "signal": sig})
 
     async def _h_start(self, request: web.Request) -> web.Response:
