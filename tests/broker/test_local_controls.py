@@ -8,53 +8,38 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from local_cli import LocalRun, hybridmq, start_local
 
 from hybridmq.client import BlockingConsumer, BlockingProducer, Message
 
-HYBRIDMQ = [sys.executable, "-m", "hybridmq.cli.main"]
-
 
 def local(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*HYBRIDMQ, "local", *args], capture_output=True, text=True, timeout=120)
+    return hybridmq("local", *args, timeout=120)
 
 
-def running(tmp_path: Path, *options: str) -> Iterator[tuple[Path, str]]:
-    """``hybridmq local <options>`` in the foreground of a subprocess: its directory and bootstrap."""
-    directory = tmp_path / "local"
-    proc = subprocess.Popen(
-        [*HYBRIDMQ, "local", *options, "--dir", str(directory), "--port", "0"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    assert proc.stdout is not None
-    deadline = time.monotonic() + 120
-    bootstrap = ""
-    for line in proc.stdout:  # "hybridmq local: CMs at 127.0.0.1:P (1 MMs); Ctrl-C to stop"
-        if line.startswith("hybridmq local: CMs at "):
-            bootstrap = line.split()[4]
-            break
-        assert time.monotonic() < deadline, "hybridmq local did not start"
-    assert bootstrap, "hybridmq local exited before it started"
-    yield directory, bootstrap
-    proc.terminate()
-    proc.wait(30)
+def running(directory: Path, *options: str) -> Iterator[tuple[Path, str]]:
+    """``hybridmq local <options>`` (the installed command) in a subprocess: its directory and
+    bootstrap."""
+    run: LocalRun = start_local(directory, *options)
+    try:
+        yield run.dir, run.bootstrap
+    finally:
+        run.stop()
 
 
-@pytest.fixture
-def static_cluster(tmp_path: Path) -> Iterator[tuple[Path, str]]:
-    yield from running(tmp_path, "--mms", "1")
+@pytest.fixture(scope="module")
+def static_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, str]]:
+    """Shared by the module: the controls against it change nothing."""
+    yield from running(tmp_path_factory.mktemp("static") / "local", "--mms", "1")
 
 
 @pytest.fixture
 def replicated_cluster(tmp_path: Path) -> Iterator[tuple[Path, str]]:
-    yield from running(tmp_path, "--mms", "2", "--replicas", "2")
+    yield from running(tmp_path / "local", "--mms", "2", "--replicas", "2")
 
 
 def roundtrip(bootstrap: str, dest: str) -> bytes:
