@@ -85,3 +85,24 @@ def test_the_copy_added_to_receive_a_primary_is_not_trimmed_before_it_gets_it() 
     assert max(led.values()) - min(led.values()) <= 1, f"never balanced: {led}; events {history[-3:]}"
     assert all(len(a.replicas) == 2 for a in table)
     assert history[-1] == (), f"still planning changes: {history[-3:]}"
+
+
+def test_the_copy_awaiting_a_primary_survives_a_round_that_cannot_balance() -> None:
+    """A round that may not balance (a primary has not reported yet) trims nothing from a partition
+    whose in-sync extra copy waits for its primary; the next settled round completes the move."""
+    mms = ("mm-0", "mm-1", "mm-2", "mm-3")
+    spec = cluster_spec(fixed=4, replicas=2, on_demand_per_mm=0)
+    table: tuple[PartitionAssignment, ...] = (
+        fixed(0, "mm-1", "mm-2"),
+        fixed(1, "mm-1", "mm-3"),
+        fixed(2, "mm-2", "mm-0"),
+        fixed(3, "mm-3", "mm-0"),
+    )
+    table = plan_assignments(table, mms, spec=spec, reports=caught_up(table)).assignments
+    assert table[0].replicas == ("mm-1", "mm-2", "mm-0")
+    unsettled = caught_up(table)
+    del unsettled["local-fixed-3"]
+    table = plan_assignments(table, mms, spec=spec, reports=unsettled).assignments
+    assert table[0].replicas == ("mm-1", "mm-2", "mm-0") and table[0].in_sync == table[0].replicas
+    table = plan_assignments(table, mms, spec=spec, reports=caught_up(table)).assignments
+    assert table[0].primary == "mm-0" and len(table[0].replicas) == 2
