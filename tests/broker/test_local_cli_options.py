@@ -183,6 +183,21 @@ def test_a_stopped_cm_ends_on_term_and_starts_again(run: LocalRun) -> None:
     assert _roundtrip(run, "queue:cm-term") == ["through cm-0"]
 
 
+def test_a_cm_starts_while_another_one_is_stopped(run: LocalRun) -> None:
+    """``start cm-0`` waits until the CMs are linked to the MMs, but not for a frozen ``cm-1``."""
+    assert run.local("kill", "cm-1", "--signal", "STOP").returncode == 0
+    try:
+        assert run.local("kill", "cm-0").returncode == 0
+        began = time.monotonic()
+        started = run.local("start", "cm-0")
+        assert started.returncode == 0, started.stderr
+        assert time.monotonic() - began < 15
+    finally:
+        assert run.local("kill", "cm-1", "--signal", "CONT").returncode == 0
+    assert _state(run) == {"cm-0": "running", "cm-1": "running", "mm-0": "running"}
+    assert _roundtrip(run, "queue:cm-beside-stopped") == ["through cm-0"]
+
+
 def test_an_unknown_broker_is_refused_in_one_line(run: LocalRun) -> None:
     done = run.local("start", "cm-7")
     assert done.returncode != 0

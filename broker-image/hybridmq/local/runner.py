@@ -344,15 +344,22 @@ class LocalCluster:
         return " | ".join(text.strip().splitlines()[-lines:])
 
     def wait_linked(self, timeout: float = START_TIMEOUT_S) -> None:
-        """Wait until every running CM is connected to every running MM (its ``/admin`` says so)."""
+        """Wait until every running CM is connected to every running MM (its ``/admin`` says so);
+        a stopped (SIGSTOP) CM or MM cannot answer, so it is not waited for."""
         deadline = time.monotonic() + timeout
-        pending = [c for c in self.cm_names if c in self.procs and self.procs[c].poll() is None]
+        pending = [
+            c
+            for c in self.cm_names
+            if c in self.procs and self.procs[c].poll() is None and c not in self.stopped
+        ]
         while pending and time.monotonic() < deadline:
             self._check_alive(pending[0])
             try:
                 links = self._admin(self.cm_https[pending[0]], 2)["mm_links"]
                 if all(
-                    links.get(n) for n, p in self.procs.items() if n in self.mm_ports and p.poll() is None
+                    links.get(n)
+                    for n, p in self.procs.items()
+                    if n in self.mm_ports and p.poll() is None and n not in self.stopped
                 ):
                     pending.pop(0)
                     if not pending:
