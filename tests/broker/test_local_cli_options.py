@@ -109,7 +109,7 @@ async def test_max_redeliveries_moves_a_nacked_message_to_the_dmq_after_the_limi
     ) as consumer:
         while True:
             try:
-                m = await consumer.receive(timeout=3)
+                m = await consumer.receive(timeout=3 if len(deliveries) >= 2 else 15)
             except TimeoutError:
                 break
             assert isinstance(m, Message)
