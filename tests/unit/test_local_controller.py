@@ -93,10 +93,19 @@ def test_the_http_api_refuses_requests_without_the_cluster_secret() -> None:
     import urllib.request
 
     killed: list[str] = []
+
+    class Processes:
+        def processes(self) -> dict[str, str]:
+            return dict.fromkeys(MMS, "running")
+
+        def signal_broker(self, name: str, sig: str) -> None:
+            killed.append(name)
+
+        def start_broker(self, name: str) -> None:
+            raise AssertionError("not asked")
+
     brokers = [BrokerEntry(name=m, role=BrokerRole.MM, address="127.0.0.1:1") for m in MMS]
-    c = LocalController(
-        MMS, brokers, on_signal=lambda name, sig: killed.append(name), secret="the-right-cluster-secret"
-    ).start()
+    c = LocalController(MMS, brokers, processes=Processes(), secret="the-right-cluster-secret").start()
     try:
 
         def status(path: str, method: str = "GET", token: str | None = None) -> int:

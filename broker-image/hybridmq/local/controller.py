@@ -31,12 +31,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import subprocess
 import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from aiohttp import web
 
@@ -55,7 +56,30 @@ LOG = logging.getLogger(__name__)
 PLAN_EVERY_S = 0.25
 FULL_PLAN_EVERY_S = 1.0
 
-ProcessAction = Callable[[str, str], None]
+
+class BrokerProcesses(Protocol):
+    """The broker processes the controller's HTTP API drives (``hybridmq local kill|start|state``):
+    every CM and MM of a ``LocalCluster``."""
+
+    def processes(self) -> dict[str, str]:
+        """Each broker's process: ``running``, ``stopped``, ``exited <code>`` or ``not started``."""
+        ...
+
+    def signal_broker(self, name: str, sig: str) -> None:
+        """Send ``SIG<sig>`` (KILL, TERM, STOP, CONT); ``subprocess.TimeoutExpired`` when it does
+        not exit in time after KILL or TERM."""
+        ...
+
+    def start_broker(self, name: str) -> None:
+        """Start it again: ``BrokerBusy`` when its process still runs (or is stopped)."""
+        ...
+
+
+class BrokerBusy(RuntimeError):
+    """A broker asked to start whose process still runs (or is stopped)."""
+
+
+SIGNALS = ("KILL", "TERM", "STOP", "CONT")  # what ``POST /kill/<name>?signal=`` takes
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -138,8 +162,7 @@ class LocalController:
         startup_grace_s: float = 20.0,
         host: str = "127.0.0.1",
         port: int = 0,
-        on_signal: ProcessAction | None = None,
-        on_start: Callable[[str], None] | None = None,
+        processes: BrokerProcesses | None = None,
         secret: str,
     ) -> None:
         self.secret = cluster_secret.require(secret)
@@ -149,8 +172,7 @@ class LocalController:
         self.lease_s = lease_s
         self.host = host
         self.port = port
-        self.on_signal = on_signal
-        self.on_start = on_start
+        self.processes = processes
         self.version = 1
         self.assignments: tuple[PartitionAssignment, ...] = plan_assignments(
             [], self.mm_names, spec=self.spec
@@ -441,6 +463,7 @@ class LocalController:
             "failovers": self.failovers,
             "handoffs": self.handoffs,
             "stopping": sorted(self._stopping()),
+            **({"processes": self.processes.processes()} if self.processes is not None else {}),
         }
 
     def heartbeat(self, name: str, incarnation: str, report: MMReport | None) -> dict[str, Any]:
@@ -493,17 +516,34 @@ class LocalController:
     async def _h_state(self, request: web.Request) -> web.Response:
         return web.json_response(self.state())
 
-    async def _h_kill(self, request: web.Request) -> web.Response:
+    def _broker(self, request: web.Request, verb: str) -> str:
         name = request.match_info["name"]
+        known = self.processes.processes() if self.processes is not None else {}
+        if name not in known:
+            raise web.HTTPNotFound(text=f"cannot {verb} {name!r} (the brokers are {', '.join(known)})")
+        return name
+
+    async def _h_kill(self, request: web.Request) -> web.Response:
+        name = self._broker(request, "signal")
         sig = request.query.get("signal", "KILL").upper()
-        if self.on_signal is None or name not in self.mm_names:
-            raise web.HTTPNotFound(text=f"cannot signal {name!r}")
-        await asyncio.get_running_loop().run_in_executor(None, self.on_signal, name, sig)
+        if sig not in SIGNALS:
+            raise web.HTTPBadRequest(text=f"unknown signal {sig!r} (one of {', '.join(SIGNALS)})")
+        assert self.processes is not None
+        try:
+            await asyncio.get_running_loop().run_in_executor(None, self.processes.signal_broker, name, sig)
+        except subprocess.TimeoutExpired as exc:
+            raise web.HTTPGatewayTimeout(
+                text=f"{name} did not exit {exc.timeout:g} s after SIG{sig}"
+            ) from None
         return web.json_response({"name": name, "signal": sig})
 
     async def _h_start(self, request: web.Request) -> web.Response:
-        name = request.match_info["name"]
-        if self.on_start is None or name not in self.mm_names:
-            raise web.HTTPNotFound(text=f"cannot start {name!r}")
-        await asyncio.get_running_loop().run_in_executor(None, self.on_start, name)
+        name = self._broker(request, "start")
+        assert self.processes is not None
+        try:
+            await asyncio.get_running_loop().run_in_executor(None, self.processes.start_broker, name)
+        except BrokerBusy as exc:
+            raise web.HTTPConflict(text=str(exc)) from None
+        except (RuntimeError, TimeoutError) as exc:  # it exited again, or never listened
+            raise web.HTTPInternalServerError(text=f"{name} did not start: {exc}") from None
         return web.json_response({"name": name, "started": True})

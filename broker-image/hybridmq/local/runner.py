@@ -11,10 +11,10 @@ Two ways to assign partitions, the brokers being the same:
   default 1, each with R replicas), pushes the table, takes the MMs' heartbeats (``lease_s``) and
   fails partitions over when one lapses. ``<dir>/controller.json`` names the controller URL for
   ``hybridmq local kill mm-1``; its HTTP API drives the processes too (``POST /kill/mm-1?signal=KILL``,
-  CMs as well: ``POST /kill/cm-0``, ``POST /start/cm-0``; ``ClusterController``).
+  CMs as well: ``POST /kill/cm-0``, ``POST /start/cm-0``: the controller's ``processes`` is this class).
 
 Tests use this class too: ``kill_mm`` / ``kill_cm`` (any signal, e.g. SIGKILL), ``start_mm`` /
-``start_cm`` (each refuses a broker whose process still runs: ``BrokerRunning``), ``processes``
+``start_cm`` (each refuses a broker whose process still runs: ``BrokerBusy``), ``processes``
 (running, stopped, exited), ``cms=M`` (CMs ``cm-0`` .. ``cm-<M-1>``; ``bootstraps`` lists them all), ``stop``
 (terminates and reaps every process it started, nothing else).
 
@@ -39,7 +39,6 @@ CMs with: ``ca_file``, ``client_ssl()``) and one broker certificate for ``localh
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
@@ -53,18 +52,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from aiohttp import web
-
 from hybridmq.api.assignment import BrokerEntry, BrokerRole, PartitionAssignment, PartitionType
 from hybridmq.api.resources import BrokerClusterSpec
 from hybridmq.broker.assignment_source import StaticAssignmentSource
 from hybridmq.broker.auth import cluster_secret
-from hybridmq.local.controller import LocalController, cluster_spec
+from hybridmq.local.controller import BrokerBusy, LocalController, cluster_spec
 from hybridmq.local.ports import PortReservations
 
 SECRET_FILE = "cluster-secret"
 CONTROLLER_FILE = "controller.json"  # the controller's URL while a cluster with one runs
-SIGNALS = {"KILL": signal.SIGKILL, "TERM": signal.SIGTERM, "STOP": signal.SIGSTOP, "CONT": signal.SIGCONT}
 # How long a broker may take to listen / a CM to link every MM: Python's start-up alone takes tens of
 # seconds on a loaded 2-core machine. A broker that exits is reported at once, not after the bound.
 START_TIMEOUT_S = 60.0
@@ -189,13 +185,13 @@ class LocalCluster:
         self.assignments.write_text(self.source.to_json())
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         if replicas is not None:
-            self.controller = ClusterController(
-                self,
+            self.controller = LocalController(
                 self.mm_names,
                 brokers,
                 spec=self.spec,
                 lease_s=lease_s,
                 port=self.controller_port,
+                processes=self,
                 secret=self.cluster_secret,
             )
 
@@ -247,7 +243,7 @@ class LocalCluster:
         proc = self.procs.get(name)
         if proc is not None and proc.poll() is None:
             state = "stopped (--signal CONT resumes it)" if name in self.stopped else "running"
-            raise BrokerRunning(f"{name} is {state}: kill it first")
+            raise BrokerBusy(f"{name} is {state}: kill it first")
         self.stopped.discard(name)
 
     def start_mm(self, name: str, wait: bool = True) -> None:
@@ -404,7 +400,7 @@ class LocalCluster:
         """``hybridmq local kill <name> --signal <sig>``, for an MM or a CM."""
         if name not in self.procs:
             raise KeyError(name)
-        self.kill_mm(name, SIGNALS[sig])
+        self.kill_mm(name, getattr(signal, f"SIG{sig}"))
 
     def start_broker(self, name: str) -> None:
         """``hybridmq local start <name>``: an MM, or a CM (back once it is linked to every MM)."""
@@ -508,53 +504,6 @@ def _die_with_parent() -> None:
 
 class BrokerExited(RuntimeError):
     """A broker process of the cluster ended while the runner waited for it."""
-
-
-class BrokerRunning(RuntimeError):
-    """A broker asked to start whose process still runs (or is stopped)."""
-
-
-class ClusterController(LocalController):
-    """The local controller of a ``LocalCluster``: its process controls reach every broker of the
-    cluster, CMs included (``POST /kill/cm-0``, ``POST /start/cm-0``), and ``GET /state`` also says
-    which broker processes run (``processes``: running, stopped, exited)."""
-
-    def __init__(self, cluster: LocalCluster, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.cluster = cluster
-
-    def state(self) -> dict[str, Any]:
-        return {**super().state(), "processes": self.cluster.processes()}
-
-    def _broker(self, request: web.Request, verb: str) -> str:
-        name = request.match_info["name"]
-        if name not in self.cluster.processes():
-            known = ", ".join(self.cluster.processes())
-            raise web.HTTPNotFound(text=f"cannot {verb} {name!r} (the brokers are {known})")
-        return name
-
-    async def _h_kill(self, request: web.Request) -> web.Response:
-        name = self._broker(request, "signal")
-        sig = request.query.get("signal", "KILL").upper()
-        if sig not in SIGNALS:
-            raise web.HTTPBadRequest(text=f"unknown signal {sig!r} (one of {', '.join(SIGNALS)})")
-        try:
-            await asyncio.get_running_loop().run_in_executor(None, self.cluster.signal_broker, name, sig)
-        except subprocess.TimeoutExpired as exc:
-            raise web.HTTPGatewayTimeout(
-                text=f"{name} did not exit {exc.timeout:g} s after SIG{sig}"
-            ) from None
-        return web.json_response({"name": name, "signal": sig})
-
-    async def _h_start(self, request: web.Request) -> web.Response:
-        name = self._broker(request, "start")
-        try:
-            await asyncio.get_running_loop().run_in_executor(None, self.cluster.start_broker, name)
-        except BrokerRunning as exc:
-            raise web.HTTPConflict(text=str(exc)) from None
-        except (BrokerExited, TimeoutError) as exc:
-            raise web.HTTPInternalServerError(text=f"{name} did not start: {exc}") from None
-        return web.json_response({"name": name, "started": True})
 
 
 def wait_port(port: int, timeout: float = START_TIMEOUT_S, alive: Callable[[], None] | None = None) -> None:
