@@ -236,14 +236,46 @@ def _client_args(p: argparse.ArgumentParser) -> None:
     _tls_client_args(p)
 
 
+def _ca_secret_hint(bootstrap: str) -> str:
+    """Where the CA is on Kubernetes: ``<cluster>-cluster-ca-cert`` (named when the first address is
+    a cluster's client Service, ``<cluster>.<namespace>.svc``)."""
+    host = bootstrap.split(",")[0].strip().rpartition(":")[0]
+    labels = host.split(".")
+    if len(labels) >= 3 and labels[2] == "svc":
+        return f"Secret {labels[0]}-cluster-ca-cert of namespace {labels[1]}, key ca.crt"
+    return "Secret <cluster>-cluster-ca-cert, key ca.crt"
+
+
 def _client_command(args: argparse.Namespace, command: Any) -> None:
-    """Run a client command; a TLS setting that cannot work is a one-line error, not a traceback."""
+    """Run a client command; a failure to connect (TLS needed, a certificate not verified, no CM
+    reachable, a refusal) is one line on stderr and exit status 1, never a traceback."""
     import ssl
 
+    from hybridmq.client.connection import ClientError, TlsRequired, TlsVerifyFailed
+    from hybridmq.client.distribution import NoBrokerAvailable
+    from hybridmq.protocol import RemoteError
+    from hybridmq.protocol.connection import ConnectionClosed
+
+    where = _ca_secret_hint(str(getattr(args, "bootstrap", "") or ""))
     try:
         asyncio.run(command(args))
+    except TlsRequired as exc:
+        sys.exit(
+            f"hybridmq {args.cmd}: the CM at {exc.address} speaks TLS: give the CA that signed its "
+            f"certificate with --tls-ca FILE (or HYBRIDMQ_TLS_CA); on Kubernetes it is in {where}"
+        )
+    except TlsVerifyFailed as exc:
+        sys.exit(
+            f"hybridmq {args.cmd}: TLS: the certificate of the CM at {exc.address} was not verified "
+            f"with --tls-ca {args.tls_ca} ({exc.reason}): give the cluster's CA (on Kubernetes it is "
+            f"in {where}), and --tls-server-name when the address is not a name the certificate carries"
+        )
     except (FileNotFoundError, ssl.SSLError) as exc:
         sys.exit(f"hybridmq {args.cmd}: TLS: {exc}")
+    except (ClientError, RemoteError) as exc:
+        sys.exit(f"hybridmq {args.cmd}: {exc}")
+    except (ConnectionError, ConnectionClosed, NoBrokerAvailable, OSError, TimeoutError) as exc:
+        sys.exit(f"hybridmq {args.cmd}: {exc or type(exc).__name__}")
 
 
 def _tls_client_args(p: argparse.ArgumentParser) -> None:
@@ -388,7 +420,7 @@ def main(argv: list[str] | None = None) -> None:
     ad.add_argument("--user", default=_env("USER"))
     ad.add_argument("--password", default=_env("PASSWORD"))
     _tls_client_args(ad)
-    ad.set_defaults(func=lambda a: asyncio.run(_admin(a)))
+    ad.set_defaults(func=lambda a: _client_command(a, _admin))
 
     sub.add_parser(
         "audit",

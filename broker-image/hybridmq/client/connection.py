@@ -10,12 +10,18 @@ TLS: ``ssl=`` as aiokafka and nats.py take it (an ``ssl.SSLContext``, a CA file,
 system's CAs; env ``HYBRIDMQ_TLS_CA`` when not given). The CM's certificate is verified, host name
 included; ``server_hostname`` (env ``HYBRIDMQ_TLS_SERVER_NAME``) is the name to check when the
 address is an IP the certificate does not carry (a CM pod's IP from the broker table).
+
+A CM on TLS closes a plain-TCP HELLO without a word: when a plain connection ends during the
+handshake, the client tries a TLS handshake there (nothing verified, nothing sent), and if the CM
+speaks TLS the failure is ``TlsRequired``. A certificate the given CA does not verify is
+``TlsVerifyFailed``. Both are ``ConnectionError``s.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import ssl as _ssl
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -23,10 +29,13 @@ from typing import Any
 from hybridmq.api.assignment import BrokerEntry
 from hybridmq.api.frames import PROTOCOL_VERSION, ErrorCode, FrameType
 from hybridmq.client.distribution import NoBrokerAvailable, Strategy, connect_with_failover
-from hybridmq.client.transport import Transport
+from hybridmq.client.transport import TLS_CA_ENV, Transport
 from hybridmq.protocol import Connection, RemoteError
+from hybridmq.protocol.codec import ProtocolError
 from hybridmq.protocol.connection import ConnectionClosed
 from hybridmq.protocol.tls import SslOption
+
+TLS_PROBE_TIMEOUT_S = 3.0
 
 
 class ClientError(Exception):
@@ -45,6 +54,68 @@ class _Busy(ConnectionError):
     def __init__(self, error: ClientError) -> None:
         super().__init__(str(error))
         self.error = error
+
+
+class TlsRequired(ConnectionError):
+    """The CM at ``address`` speaks TLS and this client connected in plain TCP (no CA given)."""
+
+    def __init__(self, address: str) -> None:
+        super().__init__(
+            f"the CM at {address} speaks TLS and this client connected in plain TCP: give the CA that "
+            f"signed its certificate (ssl=, env {TLS_CA_ENV})"
+        )
+        self.address = address
+
+
+class TlsVerifyFailed(ConnectionError):
+    """The CM's certificate was not verified with the CA given (or its name did not match)."""
+
+    def __init__(self, address: str, reason: str, detail: str = "") -> None:
+        super().__init__(
+            f"the CM at {address} presented a certificate that was not verified: {detail or reason}"
+        )
+        self.address = address
+        self.reason = reason  # OpenSSL's verify message, e.g. "self-signed certificate in certificate chain"
+
+
+async def speaks_tls(host: str, port: int, timeout: float = TLS_PROBE_TIMEOUT_S) -> bool:  # noqa: ASYNC109
+    """Whether ``host:port`` answers a TLS handshake (its certificate not checked, nothing sent)."""
+    ctx = _ssl.SSLContext(_ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = _ssl.CERT_NONE
+    try:
+        _, writer = await asyncio.wait_for(
+            asyncio.open_connection(host, port, ssl=ctx, server_hostname=host), timeout
+        )
+    except _ssl.SSLError as exc:  # a TLS alert (e.g. a client certificate required) is TLS too
+        return "ALERT" in str(exc.reason or "").upper()
+    except (OSError, TimeoutError, EOFError):
+        return False
+    writer.close()
+    try:
+        await asyncio.wait_for(writer.wait_closed(), 1.0)
+    except (OSError, TimeoutError, _ssl.SSLError):
+        pass
+    return True
+
+
+def _verify_reason(exc: BaseException) -> str | None:
+    """The reason of a certificate verification failure (None if ``exc`` is not one)."""
+    if isinstance(exc, _ssl.SSLCertVerificationError):
+        return str(getattr(exc, "verify_message", None) or exc.reason or exc)
+    return None
+
+
+async def _plain_failure(transport: Transport, host: str, port: int, exc: BaseException) -> BaseException:
+    """``exc`` (a failed handshake with ``host:port``) as TlsRequired or TlsVerifyFailed when it is one."""
+    address = f"{host}:{port}"
+    reason = _verify_reason(exc)
+    if reason is not None:
+        return TlsVerifyFailed(address, reason, str(exc))
+    closed = isinstance(exc, (ConnectionClosed, ProtocolError, ConnectionResetError))
+    if transport.ssl is None and closed and await speaks_tls(host, port):
+        return TlsRequired(address)
+    return exc
 
 
 def _refusal(exc: RemoteError) -> ClientError | _Busy:
@@ -102,8 +173,12 @@ async def connect(
                 return await asyncio.wait_for(transport.open(host, port, dict(hello), "client"), timeout)
             except RemoteError as exc:
                 raise _refusal(exc) from None
-            except ConnectionClosed as exc:  # gone during the handshake: the next CM
-                raise ConnectionError(f"{address}: {exc}") from None
+            except (ConnectionClosed, ProtocolError, _ssl.SSLError) as exc:
+                # gone during the handshake (or not a CM we can talk to): the next CM
+                why = await _plain_failure(transport, host, port, exc)
+                raise (
+                    why if isinstance(why, ConnectionError) else ConnectionError(f"{address}: {exc}")
+                ) from None
 
         try:
             _, result = await connect_with_failover(strategy, attempt)
@@ -112,7 +187,8 @@ async def connect(
                 raise ClientError(ErrorCode.AUTH_BUSY, f"every CM was busy: {exc}") from None
             raise
         return result
-    last: Exception | None = None
+    last: BaseException | None = None
+    tls: TlsRequired | TlsVerifyFailed | None = None
     busy: ClientError | None = None
     for host, port in parse_bootstrap(bootstrap):
         try:
@@ -122,10 +198,21 @@ async def connect(
             if not isinstance(refusal, _Busy):
                 raise refusal from None
             busy = refusal.error
-        except (OSError, TimeoutError, asyncio.IncompleteReadError, ConnectionError, ConnectionClosed) as exc:
-            last = exc  # unreachable, or gone during the handshake: the next CM
+        except (
+            OSError,
+            TimeoutError,
+            asyncio.IncompleteReadError,
+            ConnectionError,
+            ConnectionClosed,
+            ProtocolError,
+        ) as exc:
+            last = await _plain_failure(transport, host, port, exc)  # unreachable, gone: the next CM
+            if isinstance(last, (TlsRequired, TlsVerifyFailed)):
+                tls = tls or last
     if busy is not None:
         raise busy  # the others were unreachable: the retriable refusal says more
+    if tls is not None:
+        raise tls  # what to change on this side, rather than the last CM's error
     raise ConnectionError(f"no CM reachable in {bootstrap}: {last}")
 
 
