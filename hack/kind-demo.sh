@@ -80,10 +80,12 @@ stopped_node=""
   exit 2
 }
 
+# Bold only on a terminal: in a file or a pipe the lines stay plain (grep '^verdict=PASS').
+if [[ -t 1 ]]; then bold=$'\033[1m' plain=$'\033[0m'; else bold="" plain=""; fi
 step_no=0
 step() {
   step_no=$((step_no + 1))
-  printf '\n\033[1m==> %d. %s\033[0m\n' "${step_no}" "$*"
+  printf '\n%s==> %d. %s%s\n' "${bold}" "${step_no}" "$*" "${plain}"
 }
 info() { printf '    %s\n' "$*"; }
 die() {
@@ -480,5 +482,6 @@ if [[ "${DELETE_CLUSTER}" != 1 ]]; then
 fi
 # The last line is the verdict, with the failover times (the roll's stalls).
 [[ -n "${times}" ]] || times="status_updated_s=${status_updated_s} producers_resumed_s=${producers_resumed_s}"
-printf '\n\033[1m%s %s\033[0m\n' "${verdict:-verdict=FAIL (the audit printed no verdict; exit status ${audit_status})}" "${times}"
+printf '\n%s%s %s%s\n' "${bold}" "${verdict:-verdict=FAIL (the audit printed no verdict; exit status ${audit_status})}" \
+  "${times}" "${plain}"
 [[ "${audit_status}" == 0 && "${verdict}" == verdict=PASS* ]]
