@@ -84,13 +84,14 @@ def test_helm_lint_strict(sets: list[str]) -> None:
     assert "[WARNING]" not in proc.stdout and "[ERROR]" not in proc.stdout
 
 
-def test_template_default_renders_operator_only() -> None:
+def test_template_default_renders_operator_and_its_test_only() -> None:
     kinds = sorted(m["kind"] for m in render())
     assert kinds == [
         "ClusterKopfPeering",
         "ClusterRole",
         "ClusterRoleBinding",
         "Deployment",
+        "Pod",  # the helm test (a hook) of the cluster NOTES shows how to create
         "ServiceAccount",
     ]
 
@@ -141,11 +142,70 @@ def test_sample_cluster_matches_the_crd() -> None:
     _check_against_schema(cluster["spec"], schema, "spec")
 
 
-def test_no_test_pod_without_a_cluster_to_test() -> None:
-    assert not [m for m in render() if m["kind"] == "Pod"]
-    pod = only(render("tests.bootstrap=cm.example:7400"), "Pod")
-    env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
-    assert env["HYBRIDMQ_BOOTSTRAP"] == "cm.example:7400"
+def _test_pod_tls(pod: Manifest) -> tuple[dict[str, Any], str | None]:
+    """The test container's env and the Secret mounted as its CA (None without TLS)."""
+    container = pod["spec"]["containers"][0]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    if "cluster-ca" not in volumes:
+        assert "TLS_CA" not in env and "cluster-ca" not in mounts
+        return env, None
+    assert env["TLS_CA"] == f"{mounts['cluster-ca']}/ca.crt"
+    return env, str(volumes["cluster-ca"]["secret"]["secretName"])
+
+
+def test_default_test_pod_checks_the_notes_cluster_over_tls() -> None:
+    """Without a sample cluster the test checks the one NOTES shows (same name, TLS on as the CRD's
+    default), in the release namespace, with the cluster CA's Secret."""
+    pod = only(render(), "Pod")
+    assert pod["metadata"]["namespace"] == "hybridmq-system"
+    env, secret = _test_pod_tls(pod)
+    assert env["HYBRIDMQ_BOOTSTRAP"] == "demo.hybridmq-system.svc:7400"
+    assert env["TLS_SERVER_NAME"] == "demo.hybridmq-system.svc"
+    assert secret == "demo-cluster-ca-cert"
+    assert not [m for m in render("tests.enabled=false") if m["kind"] == "Pod"]
+
+
+@pytest.mark.parametrize(
+    ("sets", "bootstrap", "secret", "server_name"),
+    [
+        (
+            ["sampleCluster.enabled=true", "sampleCluster.spec.tls.enabled=false"],
+            "demo.hybridmq-system.svc:7400",
+            None,
+            None,
+        ),
+        (["sampleCluster.spec.tls.enabled=false"], "demo.hybridmq-system.svc:7400", None, None),
+        (
+            ["sampleCluster.spec.tls.secretName=mine"],
+            "demo.hybridmq-system.svc:7400",
+            "mine",
+            "demo.hybridmq-system.svc",
+        ),
+        (["tests.bootstrap=cm.example:7400", "tests.tls.enabled=false"], "cm.example:7400", None, None),
+        (
+            ["tests.bootstrap=cm.example:7400\\,cm2.example:7400", "tests.tls.caSecret=ext-ca"],
+            "cm.example:7400,cm2.example:7400",
+            "ext-ca",
+            "cm.example",
+        ),
+        (
+            ["tests.tls.serverName=cms.example"],
+            "demo.hybridmq-system.svc:7400",
+            "demo-cluster-ca-cert",
+            "cms.example",
+        ),
+    ],
+    ids=["sample-plain", "notes-plain", "own-secret", "bootstrap-plain", "bootstrap-tls", "server-name"],
+)
+def test_test_pod_tls_follows_the_values(
+    sets: list[str], bootstrap: str, secret: str | None, server_name: str | None
+) -> None:
+    env, mounted = _test_pod_tls(only(render(*sets), "Pod"))
+    assert env["HYBRIDMQ_BOOTSTRAP"] == bootstrap
+    assert mounted == secret
+    assert env.get("TLS_SERVER_NAME") == server_name
 
 
 def test_helm_test_pod_produces_then_consumes_through_the_sample_cm() -> None:
@@ -169,6 +229,7 @@ def test_helm_test_pod_produces_then_consumes_through_the_sample_cm() -> None:
         ("operator.liveness.port=70000", "liveness/port"),
         ("sampleCluster.name=Not_A_Name", "sampleCluster/name"),
         ("tests.bootstrap=no-port", "tests/bootstrap"),
+        ("tests.tls.enabled=maybe", "tests/tls/enabled"),
         ("operatr.replicas=1", "additional properties"),
         ("operator.resourcez.limits.cpu=1", "additional properties"),
     ],
@@ -476,11 +537,13 @@ _STUB_HYBRIDMQ = r"""#!/bin/sh
 # prints what was produced to that destination as the real CLI does (JSON lines).
 cmd=$1; dest=$2; shift 2
 echo "$cmd $dest $*" >> "$STATE/calls"
+tls_ca=""
 while [ $# -gt 0 ]; do
-  case "$1" in --message) message=$2 ;; --bootstrap) bootstrap=$2 ;; esac
+  case "$1" in --message) message=$2 ;; --bootstrap) bootstrap=$2 ;; --tls-ca) tls_ca=$2 ;; esac
   shift
 done
 [ "$bootstrap" = "$HYBRIDMQ_BOOTSTRAP" ] || exit 3
+[ "$tls_ca" = "${TLS_CA:-}" ] || exit 4
 key=$(echo "$dest" | tr ':/' '__')
 case "$cmd" in
   produce)
@@ -494,9 +557,12 @@ exit 0
 """
 
 
-def test_helm_test_pod_script_runs(tmp_path: Path) -> None:
-    """The test pod's shell script, run here with a stand-in `hybridmq`: retries, then round-trips."""
-    container = only(render("sampleCluster.enabled=true"), "Pod")["spec"]["containers"][0]
+@pytest.mark.parametrize("tls", [True, False], ids=["tls", "plain"])
+def test_helm_test_pod_script_runs(tmp_path: Path, tls: bool) -> None:
+    """The test pod's shell script, run here with a stand-in `hybridmq`: retries, then round-trips;
+    with TLS every call gives the mounted CA (--tls-ca) and the CMs' name (--tls-server-name)."""
+    sets = ["sampleCluster.enabled=true", f"sampleCluster.spec.tls.enabled={str(tls).lower()}"]
+    container = only(render(*sets), "Pod")["spec"]["containers"][0]
     assert container["command"][:2] == ["/bin/sh", "-ec"]
     stub = tmp_path / "hybridmq"
     stub.write_text(_STUB_HYBRIDMQ)
@@ -510,3 +576,6 @@ def test_helm_test_pod_script_runs(tmp_path: Path) -> None:
     calls = (tmp_path / "calls").read_text().splitlines()
     assert [c.split()[0] for c in calls] == ["produce", "produce", "consume"]
     assert calls[0].split()[1].startswith("queue:helm-test-")
+    for call in calls:
+        expected = "--tls-ca /etc/hybridmq-ca/ca.crt --tls-server-name demo.hybridmq-system.svc"
+        assert (expected in call) == tls, call

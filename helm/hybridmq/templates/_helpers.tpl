@@ -83,11 +83,44 @@ app.kubernetes.io/component: operator
 {{- default .Release.Namespace .Values.sampleCluster.namespace -}}
 {{- end }}
 
-{{/* host:port of the CM client Service the helm test talks to ("" when there is none). */}}
+{{/* host:port of the CM client Service the helm test talks to: tests.bootstrap, else the sample
+cluster's, created by the chart or applied from NOTES. */}}
 {{- define "hybridmq.tests.bootstrap" -}}
 {{- if .Values.tests.bootstrap -}}
 {{- .Values.tests.bootstrap -}}
-{{- else if .Values.sampleCluster.enabled -}}
+{{- else -}}
 {{- printf "%s.%s.svc:%d" .Values.sampleCluster.name (include "hybridmq.sampleCluster.namespace" .) (int .Values.sampleCluster.clientPort) -}}
+{{- end -}}
+{{- end }}
+
+{{/* "true" when the helm test speaks TLS to the CMs ("" otherwise): tests.tls.enabled, and for
+"auto" the sample cluster's spec.tls.enabled (TLS is on unless it says false, as in the CRD). */}}
+{{- define "hybridmq.tests.tls" -}}
+{{- $enabled := .Values.tests.tls.enabled -}}
+{{- if eq (toString $enabled) "auto" -}}
+{{- $tls := .Values.sampleCluster.spec.tls | default dict -}}
+{{- if ne (toString (get $tls "enabled")) "false" -}}true{{- end -}}
+{{- else if $enabled -}}true
+{{- end -}}
+{{- end }}
+
+{{/* The Secret whose ca.crt verifies the CMs for the helm test. */}}
+{{- define "hybridmq.tests.caSecret" -}}
+{{- $tls := .Values.sampleCluster.spec.tls | default dict -}}
+{{- if .Values.tests.tls.caSecret -}}
+{{- .Values.tests.tls.caSecret -}}
+{{- else if get $tls "secretName" -}}
+{{- get $tls "secretName" -}}
+{{- else -}}
+{{- printf "%s-cluster-ca-cert" .Values.sampleCluster.name -}}
+{{- end -}}
+{{- end }}
+
+{{/* The name the CMs' certificate must carry for the helm test: the bootstrap's first host. */}}
+{{- define "hybridmq.tests.serverName" -}}
+{{- if .Values.tests.tls.serverName -}}
+{{- .Values.tests.tls.serverName -}}
+{{- else -}}
+{{- regexReplaceAll ":[0-9]+$" (first (splitList "," (include "hybridmq.tests.bootstrap" .))) "" -}}
 {{- end -}}
 {{- end }}
