@@ -547,6 +547,7 @@ done
 key=$(echo "$dest" | tr ':/' '__')
 case "$cmd" in
   produce)
+    if [ -n "${STUB_ERROR:-}" ]; then echo "$STUB_ERROR" >&2; exit 1; fi
     if [ ! -e "$STATE/failed-once" ]; then touch "$STATE/failed-once"; exit 1; fi
     printf '%s' "$message" > "$STATE/$key" ;;
   consume)
@@ -569,7 +570,7 @@ def test_helm_test_pod_script_runs(tmp_path: Path, tls: bool) -> None:
     stub.chmod(0o755)
     env = {e["name"]: str(e.get("value", "")) for e in container["env"]}
     env.update(POD_NAME="rel-hybridmq-test", PATH=f"{tmp_path}:/usr/bin:/bin", STATE=str(tmp_path))
-    script = container["command"][2].replace("/tmp/consumed", str(tmp_path / "consumed"))
+    script = container["command"][2].replace("/tmp/", f"{tmp_path}/")
     proc = subprocess.run(["/bin/sh", "-ec", script], env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "produced and consumed one message" in proc.stdout
@@ -579,3 +580,19 @@ def test_helm_test_pod_script_runs(tmp_path: Path, tls: bool) -> None:
     for call in calls:
         expected = "--tls-ca /etc/hybridmq-ca/ca.crt --tls-server-name demo.hybridmq-system.svc"
         assert (expected in call) == tls, call
+
+
+def test_helm_test_pod_script_stops_at_a_tls_error(tmp_path: Path) -> None:
+    """A TLS mismatch is not retried (it does not heal by waiting): one produce, then the reason."""
+    container = only(render(), "Pod")["spec"]["containers"][0]
+    stub = tmp_path / "hybridmq"
+    stub.write_text(_STUB_HYBRIDMQ)
+    stub.chmod(0o755)
+    env = {e["name"]: str(e.get("value", "")) for e in container["env"]}
+    error = "hybridmq produce: the CM at demo.hybridmq-system.svc:7400 speaks TLS: give ..."
+    env.update(PATH=f"{tmp_path}:/usr/bin:/bin", STATE=str(tmp_path), STUB_ERROR=error)
+    script = container["command"][2].replace("/tmp/", f"{tmp_path}/")
+    proc = subprocess.run(["/bin/sh", "-ec", script], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert error in proc.stderr and "chart values tests.tls" in proc.stderr, proc.stderr
+    assert len((tmp_path / "calls").read_text().splitlines()) == 1
