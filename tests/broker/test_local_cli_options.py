@@ -84,6 +84,8 @@ def test_a_wrong_password_is_refused_with_a_clear_error(run: LocalRun) -> None:
     nobody = run.cli("produce", "queue:auth", "-m", "x")  # no user at all: authentication is on
     assert nobody.returncode != 0
     assert "authentication failed" in nobody.stderr, nobody.stderr[-2000:]
+    for refused in (wrong, nobody):  # one line, no traceback
+        assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr[-2000:]
 
 
 def test_a_user_without_a_grant_is_refused_and_a_granted_one_works(run: LocalRun) -> None:
@@ -93,6 +95,8 @@ def test_a_user_without_a_grant_is_refused_and_a_granted_one_works(run: LocalRun
     elsewhere = run.cli("consume", "queue:jobs", "--count", "1", "--timeout", "2", *BOB)
     assert elsewhere.returncode != 0
     assert "ACL" in elsewhere.stderr and "queue:jobs" in elsewhere.stderr, elsewhere.stderr[-2000:]
+    for refused in (denied, elsewhere):  # one line, no traceback
+        assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr[-2000:]
     sent = run.cli("produce", "queue:bob.mail", "-m", "for bob", "--count", "2", *ALICE)
     assert sent.returncode == 0, sent.stderr[-2000:]
     got = run.cli("consume", "queue:bob.mail", "--count", "2", "--timeout", "10", *BOB)
