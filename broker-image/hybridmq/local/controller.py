@@ -250,7 +250,7 @@ class LocalController:
                 web.post("/start/{name}", self._h_start),
             ]
         )
-        self._runner = web.AppRunner(app, access_log=None)
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=2.0)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port)
         await site.start()
@@ -261,6 +261,10 @@ class LocalController:
         ticker = asyncio.create_task(self._ticker())
         await self._stop.wait()
         ticker.cancel()
+        # The brokers' long polls (``GET /assignments?wait=10``) answer now: a graceful shutdown
+        # waits for every handler, and stopping a cluster took ten seconds of them.
+        changed, self._changed = self._changed, None
+        changed.set()
         await self._runner.cleanup()
 
     # -- liveness and planning ---------------------------------------------------------------------
