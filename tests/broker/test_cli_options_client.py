@@ -210,3 +210,16 @@ def test_tls_server_name_is_the_name_the_certificate_is_checked_for(tls_run: Loc
     assert (
         cli(tls_run, "admin", "stats", env={**env, "HYBRIDMQ_TLS_SERVER_NAME": "localhost"}).returncode == 0
     )
+
+
+def test_count_without_message_or_below_one_is_refused_in_one_line(run: LocalRun) -> None:
+    """``-n`` repeats ``-m``: with stdin lines it would do nothing, so it is refused (as ``hybridmq local``
+    refuses a flag that does nothing in the mode asked for), and so is a count below 1."""
+    lines = cli(run, "produce", "queue:n-stdin", "-n", "2", stdin="a\nb\nc\n")
+    assert lines.returncode != 0, (lines.stdout, lines.stderr)
+    zero = cli(run, "produce", "queue:n-stdin", "-m", "x", "-n", "0")
+    assert zero.returncode != 0, (zero.stdout, zero.stderr)
+    for refused in (lines, zero):
+        assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr[-2000:]  # no traceback
+        assert refused.stderr.startswith("hybridmq produce: -n/--count"), refused.stderr
+    assert consumed(run, "queue:n-stdin", "--timeout", "1") == []  # nothing was sent

@@ -177,7 +177,7 @@ async def _produce(args: argparse.Namespace) -> None:
         server_hostname=args.tls_server_name,
     ) as producer:
         if args.message is not None:
-            values = [args.message.encode()] * args.count
+            values = [args.message.encode()] * (args.count or 1)
             for v in values:
                 ack = await producer.send(args.destination, v, key=args.key)
             print(f"sent {len(values)} to {ack.partition} (last offset {ack.offset})")
@@ -226,6 +226,14 @@ async def _consume(args: argparse.Namespace) -> None:
                     )
                 )
             n += 1
+
+
+def _cmd_produce(args: argparse.Namespace) -> None:
+    # -n repeats -m: with stdin lines it would be parsed and dropped, so it is refused there.
+    if args.count is not None and (args.message is None or args.count < 1):
+        why = "repeats -m MESSAGE" if args.message is None else "must be at least 1"
+        sys.exit(f"hybridmq produce: -n/--count {why} (without -m each line of stdin is sent once)")
+    _client_command(args, _produce)
 
 
 def _client_args(p: argparse.ArgumentParser) -> None:
@@ -333,11 +341,11 @@ def main(argv: list[str] | None = None) -> None:
 
     pr = sub.add_parser("produce", help="send messages (argument or stdin lines)")
     _client_args(pr)
-    pr.add_argument("-m", "--message")
-    pr.add_argument("-n", "--count", type=int, default=1)
+    pr.add_argument("-m", "--message", help="the message (without it: each line of stdin is one)")
+    pr.add_argument("-n", "--count", type=int, help="send -m MESSAGE this many times (default 1)")
     pr.add_argument("--key")
     pr.add_argument("--partition-type", choices=["fixed", "on-demand"], default="on-demand")
-    pr.set_defaults(func=lambda a: _client_command(a, _produce))
+    pr.set_defaults(func=_cmd_produce)
 
     co = sub.add_parser("consume", help="print messages as JSON lines")
     _client_args(co)
