@@ -470,3 +470,57 @@ def test_an_abandoned_queue_does_not_hold_the_producers_of_another(fresh: Broker
         state = fresh.admin(fresh.mm_http)["partitions"]["pc"]
         pytest.fail(f"40 produces to a consumed queue held by the backlog of an abandoned one: {state}")
     assert sent.returncode == 0, sent.stderr[-2000:]
+
+
+def test_handoff_timeout_zero_exits_at_once_without_a_handoff(tmp_path: Path) -> None:
+    """``HYBRIDMQ_HANDOFF_TIMEOUT=0`` (``--handoff-timeout 0``): a SIGTERM'd MM exits without handing
+    its primaries over, so its partition fails over instead (with the default, 10 s, it hands off:
+    ``test_graceful_handoff.py``). Run as ``hybridmq local --replicas 2`` whose MMs inherit it."""
+    d = tmp_path / "run"
+    d.mkdir()
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("HYBRIDMQ_")}
+    out = tmp_path / "local.out"
+    options = ["--mms", "2", "--replicas", "2", "--fixed", "1", "--on-demand-per-mm", "0"]
+    with open(out, "wb") as f:
+        proc = subprocess.Popen(
+            [HYBRIDMQ, "local", *options, "--dir", str(d), "--port", "0"],
+            stdout=f,
+            stderr=subprocess.STDOUT,
+            env={**clean, "HYBRIDMQ_HANDOFF_TIMEOUT": "0"},
+        )
+
+    def local(*args: str) -> subprocess.CompletedProcess[str]:
+        argv = [HYBRIDMQ, "local", *args, "--dir", str(d)]
+        return subprocess.run(argv, capture_output=True, text=True, timeout=60, env=clean)
+
+    def state() -> dict[str, Any]:
+        return dict(json.loads(local("state").stdout))
+
+    try:
+        deadline = time.monotonic() + 120
+        while "hybridmq local: CMs at " not in out.read_text(errors="replace"):
+            assert proc.poll() is None and time.monotonic() < deadline, out.read_text(errors="replace")[
+                -2000:
+            ]
+            time.sleep(0.1)
+        (before,) = state()["partitions"]
+        victim = before["primary"]
+        began = time.monotonic()
+        assert local("kill", victim, "--signal", "TERM").returncode == 0
+        while state()["processes"][victim] == "running":
+            assert time.monotonic() - began < 5, "the MM did not exit at once"
+            time.sleep(0.1)
+        deadline = time.monotonic() + 20
+        while (after := state())["partitions"][0]["epoch"] == before["epoch"]:
+            assert time.monotonic() < deadline, after
+            time.sleep(0.2)
+        assert after["partitions"][0]["primary"] not in (None, victim), after
+        assert not [h for h in after["handoffs"] if victim in h["message"]], after["handoffs"]
+        assert [f for f in after["failovers"] if f"primary {victim} ->" in f["message"]], after["failovers"]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
