@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, TypedDict
 
-from hybridmq.api.frames import ErrorCode, FrameType
+from hybridmq.api.frames import DEFAULT_MAX_FRAME, ErrorCode, FrameType
 from hybridmq.client.connection import ClientError, connect
 from hybridmq.client.directory import make_strategy
 from hybridmq.client.distribution import Strategy
@@ -110,6 +110,7 @@ class Session:
         self.conn = conn
         self.node = str(hello.get("node", ""))
         self.id = str(hello.get("session", ""))  # the CM's session id (subscription keys start with it)
+        self.max_frame = _max_frame(hello)
         self.reconnects = 0
         self.error: BaseException | None = None
         self.closing = False
@@ -264,6 +265,7 @@ class Session:
         self.reconnects += 1
         self.node = str(hello.get("node", ""))
         self.id = str(hello.get("session", ""))
+        self.max_frame = _max_frame(hello)
         self._reconnect_task = None
         self._owner.restored()
         if conn.closed:  # lost again while restoring
@@ -326,3 +328,9 @@ class SessionClient:
     @property
     def reconnecting(self) -> bool:
         return self.session.reconnecting
+
+
+def _max_frame(hello: dict[str, Any]) -> int:
+    """The largest frame the CM takes, as its HELLO_OK says (older CMs: the protocol default)."""
+    announced = hello.get("max_frame")
+    return int(announced) if isinstance(announced, int) and announced > 0 else DEFAULT_MAX_FRAME

@@ -33,7 +33,7 @@ from hybridmq.api.assignment import PartitionType
 from hybridmq.api.frames import FrameType
 from hybridmq.client.connection import ClientError
 from hybridmq.client.message import Ack
-from hybridmq.client.producer.accumulator import MAX_RECORD_BYTES, Accumulator
+from hybridmq.client.producer.accumulator import FRAME_MARGIN, MAX_RECORD_BYTES, Accumulator, RecordTooLarge
 from hybridmq.client.producer.move import OnDemandMove
 from hybridmq.client.producer.sender import FIXED_RETRIABLE, RETRIABLE, Sender
 from hybridmq.client.producer.stream import send_stream
@@ -48,7 +48,7 @@ from hybridmq.client.session import (
 )
 from hybridmq.protocol import Connection, RemoteError
 
-__all__ = ["MAX_RECORD_BYTES", "Producer"]
+__all__ = ["MAX_RECORD_BYTES", "Producer", "RecordTooLarge"]
 
 _new_ack = tuple.__new__  # Ack's own __new__ is one Python call more per record
 
@@ -80,6 +80,7 @@ class Producer(SessionClient):
         )
         sender = self._sender
         self._acc = Accumulator(linger_ms / 1000.0, batch_bytes, sender.send_batch, lambda: sender.idle)
+        self._acc.frame_bytes = session.max_frame - FRAME_MARGIN
         self._move = OnDemandMove(sender) if movable else None
         self.error: BaseException | None = None
         session.attach(self)
@@ -154,6 +155,7 @@ class Producer(SessionClient):
         """The partition, producer id, epoch and sequences live on: nothing to reopen."""
 
     def restored(self) -> None:
+        self._acc.frame_bytes = self.session.max_frame - FRAME_MARGIN  # (another CM may take less)
         self._sender.resend_parked()
 
     # -- identity and session --------------------------------------------------------------------

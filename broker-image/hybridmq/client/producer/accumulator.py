@@ -5,6 +5,11 @@ nothing is in flight - at the end of the current event-loop iteration: waiting f
 buys nothing when the connection is idle, and an application that awaits each ``send`` has all its
 next records appended by then. Each batch has one future, resolved with ``(partition, base offset)``
 when the batch is acknowledged: a record's offset is the base plus its index.
+
+A batch also ends before a record that would take it past what one frame to the CM carries (the
+``max_frame`` its HELLO_OK announced, less ``FRAME_MARGIN``), and a record that alone would is
+refused at once (``RecordTooLarge``): the CM closes a session on an oversized frame, and a batch
+resent after the reconnection would be refused again, for ever.
 """
 
 from __future__ import annotations
@@ -14,8 +19,23 @@ from collections.abc import Callable
 from time import time as _time
 from typing import Any
 
+from hybridmq.api.frames import DEFAULT_MAX_FRAME, ErrorCode
+from hybridmq.client.connection import ClientError
+
 MAX_RECORD_BYTES = 8 * 1024 * 1024
 RECORD_OVERHEAD = 16  # bytes counted per record beyond its value (flow control, batch size)
+FRAME_MARGIN = 4096  # a PRODUCE frame's bytes beyond its records' values (names, ids, headers)
+
+
+class RecordTooLarge(ClientError, ValueError):
+    """A record that cannot travel in one batch: ``send_stream`` sends large messages in chunks."""
+
+    def __init__(self, size: int, limit: int, what: str) -> None:
+        super().__init__(
+            ErrorCode.FRAME_TOO_LARGE,
+            f"a message of {size} bytes exceeds {limit} bytes, {what}: send it with send_stream",
+        )
+
 
 BatchResult = tuple[str, int]  # (partition, base offset; -1 when not known)
 
@@ -41,6 +61,7 @@ class Accumulator:
     ) -> None:
         self.linger_s = linger_s
         self.batch_bytes = batch_bytes
+        self.frame_bytes = DEFAULT_MAX_FRAME - FRAME_MARGIN  # what one batch's records may take
         self.buffered = 0  # bytes in open batches
         self._dispatch = dispatch
         self._idle = idle
@@ -55,12 +76,16 @@ class Accumulator:
             value = value.encode() if isinstance(value, str) else bytes(value)
         size = len(value) + RECORD_OVERHEAD
         if size > MAX_RECORD_BYTES:
-            raise ValueError(
-                f"record of {size} bytes > {MAX_RECORD_BYTES}: use send_stream for very large messages"
-            )
+            raise RecordTooLarge(len(value), MAX_RECORD_BYTES, "the largest record of a batch")
+        if size > self.frame_bytes:
+            limit = self.frame_bytes + FRAME_MARGIN
+            raise RecordTooLarge(len(value), limit, "the largest frame the CM takes (its max frame)")
         ts = int(_time() * 1000)
         k = (dest, ttl_ms) if ttl_ms else dest  # no tuple to build and hash for the usual case
         batch = self._open.get(k)
+        if batch is not None and batch.size + size > self.frame_bytes:
+            self._close(k)  # one frame each
+            batch = None
         if batch is None:
             batch = Batch(dest, ts + ttl_ms if ttl_ms else 0)
             self._open[k] = batch
