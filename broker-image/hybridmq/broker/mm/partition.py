@@ -601,6 +601,7 @@ class PartitionHost:
         fenced = not self.leader.writable
         for state in list(self.states.values()):
             if not state.links:
+                self._pass_others(state)
                 continue
             if fenced and state.persistent:
                 self._control_ready.set()  # its failed round waits for the lease, then wakes us
@@ -654,6 +655,17 @@ class PartitionHost:
                     _send(link.conn, frame)
                 sent = True
         return sent
+
+    def _pass_others(self, state: DeliveryState) -> None:
+        """A queue or durable subscription nobody consumes moves its cursor past records that are
+        not its own (other destinations', control records), as it would while consumed: only its
+        own records are its backlog (``max_backlog`` holds producers by it) and hold retention. Not
+        committed on its own (retention writes every cursor before it deletes anything)."""
+        while state.next_offset < self.storage.visible_end:
+            batch = self.storage.batch_at(state.next_offset)
+            if batch is None or (not batch.control and state.matcher(batch.dest)):
+                return
+            state.next_offset = batch.next_offset
 
     def _fit(
         self,
