@@ -44,7 +44,6 @@ from hybridmq.client.session import (
     SessionArgs,
     SessionClient,
     SessionOptions,
-    unclosed,
 )
 from hybridmq.protocol import Connection, RemoteError
 from hybridmq.protocol.connection import ConnectionClosed
@@ -194,25 +193,9 @@ class Consumer(SessionClient):
     def restored(self) -> None:
         self._drop_handed = True
 
-    async def __aenter__(self) -> Consumer:
-        """``async with await Consumer.connect(...) as c``: subscribed already; closed at the end."""
-        if self.closed:
-            raise ClientClosedError("the consumer is closed")
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
-
-    @property
-    def closed(self) -> bool:
-        """``close()`` or ``abort()`` was called."""
-        return self.session.closing
-
-    def __del__(self, _unclosed: Callable[[object, str], None] = unclosed) -> None:
-        session: Session | None = getattr(self, "session", None)  # (None: ``__init__`` failed)
-        if session is not None and not session.closing:
-            subscribe = getattr(self, "_subscribe", None) or {}
-            _unclosed(self, f"Consumer ({subscribe.get('d', '?')})")
+    def _describe(self) -> str:
+        subscribe = getattr(self, "_subscribe", None) or {}  # (None: ``__init__`` failed)
+        return f"Consumer ({subscribe.get('d', '?')})"
 
     def on_frame(self, frame: dict[str, Any]) -> None:
         t = frame.get("t")

@@ -27,7 +27,7 @@ import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol, TypedDict
+from typing import Any, Protocol, Self, TypedDict
 
 from hybridmq.api.frames import DEFAULT_MAX_FRAME, ErrorCode, FrameType
 from hybridmq.client.connection import ClientError, connect
@@ -307,9 +307,36 @@ class Session:
 
 
 class SessionClient:
-    """What a producer or consumer tells about its session."""
+    """What a producer or consumer tells about its session, and its life cycle: ``async with``
+    closes it, ``closed`` says whether it was, and one never closed leaves one ``ResourceWarning``."""
 
     session: Session
+
+    async def close(self) -> None:
+        raise NotImplementedError
+
+    def _describe(self) -> str:
+        """What it is, for the unclosed warning (``Producer (fixed-0-1)``)."""
+        return type(self).__name__
+
+    async def __aenter__(self) -> Self:
+        """``async with await X.connect(...) as x``: connected already; closed at the end."""
+        if self.closed:
+            raise ClientClosedError(f"the {type(self).__name__.lower()} is closed")
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    @property
+    def closed(self) -> bool:
+        """``close()`` or ``abort()`` was called."""
+        return self.session.closing
+
+    def __del__(self, _unclosed: Callable[[object, str], None] = unclosed) -> None:
+        session: Session | None = getattr(self, "session", None)  # (None: ``__init__`` failed)
+        if session is not None and not session.closing:
+            _unclosed(self, self._describe())
 
     @property
     def conn(self) -> Connection:

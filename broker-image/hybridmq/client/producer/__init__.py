@@ -26,7 +26,7 @@ consumer lags too far behind, a slow consumer throttles its producers.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterable, Callable, Iterable
+from collections.abc import AsyncIterable, Iterable
 from typing import Any, Unpack
 
 from hybridmq.api.assignment import PartitionType
@@ -44,7 +44,6 @@ from hybridmq.client.session import (
     SessionArgs,
     SessionClient,
     SessionOptions,
-    unclosed,
 )
 from hybridmq.protocol import Connection, RemoteError
 
@@ -122,25 +121,9 @@ class Producer(SessionClient):
             send_log=send_log,
         )
 
-    async def __aenter__(self) -> Producer:
-        """``async with await Producer.connect(...) as p``: connected already; closed at the end."""
-        if self.closed:
-            raise ClientClosedError("the producer is closed")
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
-
-    @property
-    def closed(self) -> bool:
-        """``close()`` or ``abort()`` was called."""
-        return self.session.closing
-
-    def __del__(self, _unclosed: Callable[[object, str], None] = unclosed) -> None:
-        session: Session | None = getattr(self, "session", None)  # (None: ``__init__`` failed)
-        if session is not None and not session.closing:
-            sender: Sender | None = getattr(self, "_sender", None)
-            _unclosed(self, f"Producer ({sender.partition if sender else '?'})")
+    def _describe(self) -> str:
+        sender: Sender | None = getattr(self, "_sender", None)  # (None: ``__init__`` failed)
+        return f"Producer ({sender.partition if sender else '?'})"
 
     # -- what the session tells ------------------------------------------------------------------
     def on_frame(self, frame: dict[str, Any]) -> None:
