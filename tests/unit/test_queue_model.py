@@ -118,11 +118,12 @@ class QueueModel(RuleBasedStateMachine):
         self.run(self.host.stop())
         self.storage.close()
 
-    async def _settle(self) -> None:
-        """Pump until the host has sent what it will send (no new frame for a few rounds)."""
+    async def _settle(self, rounds: int = 3) -> None:
+        """Pump until the host has sent what it will send (no new frame for ``rounds`` rounds of
+        3 ms; what comes later is read at the next step)."""
         quiet = 0
         before = -1
-        while quiet < 3:
+        while quiet < rounds:
             assert self.host is not None
             self.host.pump()
             await asyncio.sleep(0.003)
@@ -130,8 +131,8 @@ class QueueModel(RuleBasedStateMachine):
             quiet = quiet + 1 if sent == before else 0
             before = sent
 
-    def settle(self) -> None:
-        self.run(self._settle())
+    def settle(self, rounds: int = 3) -> None:
+        self.run(self._settle(rounds))
 
     def attach(self, consumer: Consumer) -> None:
         assert self.host is not None
@@ -314,7 +315,7 @@ class QueueModel(RuleBasedStateMachine):
         got: list[bytes] = []
         seen = 0
         for _ in range(100):
-            self.settle()
+            self.settle(rounds=30)  # the last word: nothing more for ~0.1 s
             frames = wire.deliveries()[seen:]
             seen += len(frames)
             if not frames:
