@@ -1,8 +1,9 @@
 """``hybridmq local`` as a user runs it: the installed entry point in a subprocess, checked from outside.
 
-``start_local(directory, *options)`` runs ``<venv>/bin/hybridmq local <options> --dir <directory>
---port 0`` and waits for its startup line; ``LocalRun`` holds it, runs further ``hybridmq``
-commands (``cli``, ``local``) against it and stops it (SIGTERM, as Ctrl-C would).
+``running_local(directory, *options)`` (a context manager; ``start_local`` without it) runs
+``<venv>/bin/hybridmq local <options> --dir <directory> --port 0`` and waits for its startup line;
+``LocalRun`` holds it, runs further ``hybridmq`` commands (``cli``, ``local``) against it and stops
+it (SIGTERM, as Ctrl-C would).
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 # The console script pip installed next to the interpreter that runs the tests (.venv/bin/hybridmq).
@@ -79,3 +82,13 @@ def start_local(directory: Path, *options: str) -> LocalRun:
             proc.wait(10)
             raise AssertionError(f"hybridmq local did not start in {START_TIMEOUT_S}s: {text[-2000:]}")
         time.sleep(0.1)
+
+
+@contextmanager
+def running_local(directory: Path, *options: str) -> Iterator[LocalRun]:
+    """``start_local``, stopped at the end of the block."""
+    run = start_local(directory, *options)
+    try:
+        yield run
+    finally:
+        run.stop()

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from local_cli import HYBRIDMQ, LocalRun, hybridmq, start_local
+from local_cli import HYBRIDMQ, LocalRun, hybridmq, running_local
 
 ALICE = ("--user", "alice", "--password", "alice-secret")
 CAROL_PASSWORD = "c4rol's pass phrase"
@@ -32,11 +32,8 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRun]:
     hashed = hybridmq("hash-password", "carol", CAROL_PASSWORD)
     assert hashed.returncode == 0, hashed.stderr
     (d / "users.txt").write_text(f"{hashed.stdout.strip()}\nalice:alice-secret\n")
-    local = start_local(d / "run", "--mms", "1", "--credentials", str(d / "users.txt"))
-    try:
+    with running_local(d / "run", "--mms", "1", "--credentials", str(d / "users.txt")) as local:
         yield local
-    finally:
-        local.stop()
 
 
 def cli(
@@ -190,11 +187,8 @@ def test_environment_variables_stand_for_the_flags(run: LocalRun) -> None:
 
 @pytest.fixture(scope="module")
 def tls_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRun]:
-    local = start_local(tmp_path_factory.mktemp("cli-client-tls") / "run", "--mms", "1", "--tls")
-    try:
+    with running_local(tmp_path_factory.mktemp("cli-client-tls") / "run", "--mms", "1", "--tls") as local:
         yield local
-    finally:
-        local.stop()
 
 
 def test_tls_server_name_is_the_name_the_certificate_is_checked_for(tls_run: LocalRun) -> None:

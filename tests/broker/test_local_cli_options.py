@@ -24,7 +24,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from local_cli import LocalRun, hybridmq, start_local
+from local_cli import LocalRun, hybridmq, running_local
 
 from hybridmq.client import Consumer, Message, Producer
 
@@ -48,11 +48,8 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRun]:
     )
     options = ["--mms", "1", "--cms", "2", "--replicas", "1", "--max-redeliveries", "1"]
     options += ["--fixed", "2", "--on-demand-per-mm", "1", "--fsync", "always"]
-    local = start_local(d / "run", *options, "--credentials", str(users), "--acl", str(acl))
-    try:
+    with running_local(d / "run", *options, "--credentials", str(users), "--acl", str(acl)) as local:
         yield local
-    finally:
-        local.stop()
 
 
 def test_startup_line_names_the_options_in_force(run: LocalRun) -> None:

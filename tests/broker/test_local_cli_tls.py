@@ -15,18 +15,15 @@ from collections.abc import Iterator
 
 import msgpack
 import pytest
-from local_cli import LocalRun, start_local
+from local_cli import LocalRun, running_local
 
 HELLO, HELLO_OK = 1, 2
 
 
 @pytest.fixture(scope="module")
 def tls_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRun]:
-    run = start_local(tmp_path_factory.mktemp("local-tls") / "run", "--mms", "1", "--tls")
-    try:
+    with running_local(tmp_path_factory.mktemp("local-tls") / "run", "--mms", "1", "--tls") as run:
         yield run
-    finally:
-        run.stop()
 
 
 def _plain_hello(port: int) -> bytes:

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from local_cli import LocalRun, hybridmq, start_local
+from local_cli import hybridmq, running_local
 
 from hybridmq.client import BlockingConsumer, BlockingProducer, Message
 
@@ -24,11 +24,8 @@ def local(*args: str) -> subprocess.CompletedProcess[str]:
 def running(directory: Path, *options: str) -> Iterator[tuple[Path, str]]:
     """``hybridmq local <options>`` (the installed command) in a subprocess: its directory and
     bootstrap."""
-    run: LocalRun = start_local(directory, *options)
-    try:
+    with running_local(directory, *options) as run:
         yield run.dir, run.bootstrap
-    finally:
-        run.stop()
 
 
 @pytest.fixture(scope="module")

@@ -64,18 +64,23 @@ def fixed(index: int, *replicas: str) -> PartitionAssignment:
     )
 
 
+# mm-1 leads two fixed partitions, mm-0 none but holds two backups, neither of a partition mm-1
+# leads: balancing must add a copy on mm-0 and hand it a primary.
+SKEWED_MMS = ("mm-0", "mm-1", "mm-2", "mm-3")
+SKEWED_SPEC = cluster_spec(fixed=4, replicas=2, on_demand_per_mm=0)
+SKEWED: tuple[PartitionAssignment, ...] = (
+    fixed(0, "mm-1", "mm-2"),
+    fixed(1, "mm-1", "mm-3"),
+    fixed(2, "mm-2", "mm-0"),
+    fixed(3, "mm-3", "mm-0"),
+)
+
+
 def test_the_copy_added_to_receive_a_primary_is_not_trimmed_before_it_gets_it() -> None:
     """The MM leading the fewest fixed partitions may hold the most replicas (backups of others):
     the copy a balancing move put there must receive the primary, not be trimmed as surplus."""
-    mms = ("mm-0", "mm-1", "mm-2", "mm-3")
-    spec = cluster_spec(fixed=4, replicas=2, on_demand_per_mm=0)
-    # mm-1 leads two, mm-0 none but holds two backups, neither of a partition mm-1 leads.
-    table: tuple[PartitionAssignment, ...] = (
-        fixed(0, "mm-1", "mm-2"),
-        fixed(1, "mm-1", "mm-3"),
-        fixed(2, "mm-2", "mm-0"),
-        fixed(3, "mm-3", "mm-0"),
-    )
+    mms, spec = SKEWED_MMS, SKEWED_SPEC
+    table = SKEWED
     history: list[tuple[str, ...]] = []
     for _ in range(10):
         result = plan_assignments(table, mms, spec=spec, reports=caught_up(table))
@@ -90,14 +95,8 @@ def test_the_copy_added_to_receive_a_primary_is_not_trimmed_before_it_gets_it() 
 def test_the_copy_awaiting_a_primary_survives_a_round_that_cannot_balance() -> None:
     """A round that may not balance (a primary has not reported yet) trims nothing from a partition
     whose in-sync extra copy waits for its primary; the next settled round completes the move."""
-    mms = ("mm-0", "mm-1", "mm-2", "mm-3")
-    spec = cluster_spec(fixed=4, replicas=2, on_demand_per_mm=0)
-    table: tuple[PartitionAssignment, ...] = (
-        fixed(0, "mm-1", "mm-2"),
-        fixed(1, "mm-1", "mm-3"),
-        fixed(2, "mm-2", "mm-0"),
-        fixed(3, "mm-3", "mm-0"),
-    )
+    mms, spec = SKEWED_MMS, SKEWED_SPEC
+    table = SKEWED
     table = plan_assignments(table, mms, spec=spec, reports=caught_up(table)).assignments
     assert table[0].replicas == ("mm-1", "mm-2", "mm-0")
     unsettled = caught_up(table)
