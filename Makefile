@@ -84,8 +84,13 @@ fmt: $(STAMP)
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
+# The suite in TEST_WORKERS pytest-xdist workers; tests that share a control plane, the Docker engine
+# and kind, or the SparkSession stay together in one worker (tests/conftest.py). TEST_WORKERS=0 runs
+# it in this one process.
+TEST_WORKERS ?= 3
 test: setup
-	HYBRIDMQ_TESTS_RECORD=1 $(VENV)/bin/pytest -ra --durations=20 tests
+	HYBRIDMQ_TESTS_RECORD=1 $(VENV)/bin/pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder \
+	  -ra --durations=20 tests
 
 # The kind node-loss test alone (stops a worker container; `make test` runs it last of the kind tests)
 test-node-loss: setup

@@ -42,7 +42,6 @@ async def produce(p: Producer, keys: list[str]) -> None:
 # (its window fills) and the run stalls; root cause not found yet. Bounded, and retried once on a
 # fresh cluster, so a stall costs minutes instead of the whole CI budget.
 @pytest.mark.timeout(150)
-@pytest.mark.flaky(reruns=1)
 async def test_affinity_takeover_under_load(cluster2: LocalCluster) -> None:
     record: list[tuple[str, str, int]] = []  # (member, key, seq) in processing order
 
