@@ -1,0 +1,118 @@
+"""How ``make test`` spreads the suite over pytest-xdist workers (``--dist loadgroup``).
+
+A *group* goes to one worker whole, its tests in file order. A test module that uses one of the
+session's expensive fixtures belongs to that fixture's group, so the thing is made once:
+
+- ``local_cluster`` (the local control plane): ``kubernetes``;
+- ``docker`` and ``kind_cluster`` (the Docker engine, the images built once, the kind cluster, node
+  loss last): ``docker``;
+- ``spark`` (one SparkSession): ``spark``.
+
+Every other module is a group of its own, so a module-scoped broker cluster starts once. The groups
+are found from what the tests really use, not from a list kept by hand: each worker writes the
+module -> group table it collected to a file the controller named (``pytest_configure_node``), and
+the controller's scheduler reads it. Groups go out longest first, so the long serial groups start at
+once and the short modules fill the other workers around them.
+
+Our own scheduler because xdist's ``xdist_group`` mark does not take effect under pytest 9.2 (xdist
+renames the item through its old ``_nodeid`` attribute).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+from xdist.scheduler import LoadScopeScheduling
+
+# The session fixtures whose users share one worker, and the group each one names.
+SHARED_FIXTURES = {
+    "local_cluster": "kubernetes",
+    "kind_cluster": "docker",
+    "docker": "docker",
+    "spark": "spark",
+}
+# The order groups are handed to workers: the long serial ones first (measured: the control plane's
+# group is about a third of the suite's test time, kind and the images a sixth), then directories by
+# their tests' length.
+GROUP_ORDER = ["kubernetes", "docker", "tests/adversarial", "tests/e2e", "spark", "tests/broker"]
+_GROUPS_FILE = "hybridmq_groups_file"
+
+
+def module_of(nodeid: str) -> str:
+    return nodeid.split("::")[0]
+
+
+def module_groups(items: list[pytest.Item]) -> dict[str, str]:
+    """module -> group: the shared fixture's group when any of its tests uses one, else the module."""
+    groups: dict[str, str] = {}
+    for item in items:
+        module = module_of(item.nodeid)
+        names = getattr(item, "fixturenames", ())
+        shared = next((group for fixture, group in SHARED_FIXTURES.items() if fixture in names), None)
+        if shared is not None:
+            groups[module] = shared
+        else:
+            groups.setdefault(module, module)
+    return groups
+
+
+def rank(group: str) -> int:
+    for position, prefix in enumerate(GROUP_ORDER):
+        if group == prefix or group.startswith(prefix + "/"):
+            return position
+    return len(GROUP_ORDER)
+
+
+class SuiteGroups(LoadScopeScheduling):
+    """xdist's scope scheduling with our groups as the scopes, handed out in the order the workers
+    collected them (sorted by ``rank``)."""
+
+    def __init__(self, config: pytest.Config, log: Any = None) -> None:
+        config.option.loadscopereorder = False  # keep our order, not "most tests first"
+        super().__init__(config, log)
+        self.groups_file = Path(config.stash[_FILE_KEY])
+        self._groups: dict[str, str] | None = None
+
+    def _split_scope(self, nodeid: str) -> str:
+        if self._groups is None:  # called once every worker has collected, so the file is there
+            self._groups = json.loads(self.groups_file.read_text())
+        module = module_of(nodeid)
+        return self._groups.get(module, module)
+
+
+_FILE_KEY = pytest.StashKey[str]()
+
+
+def make_scheduler(config: pytest.Config, log: Any) -> SuiteGroups | None:
+    return SuiteGroups(config, log) if config.getvalue("dist") == "loadgroup" else None
+
+
+def configure_node(node: Any) -> None:
+    """Controller side: name the file the worker writes its group table to."""
+    config = node.config
+    if _FILE_KEY not in config.stash:
+        handle, path = tempfile.mkstemp(prefix="hybridmq-test-groups-", suffix=".json")
+        os.close(handle)
+        Path(path).write_text("{}")
+        config.stash[_FILE_KEY] = path
+        config.add_cleanup(lambda: Path(path).unlink(missing_ok=True))
+    node.workerinput[_GROUPS_FILE] = config.stash[_FILE_KEY]
+
+
+def order_and_publish(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Worker side: sort the items into the order groups go out (stable: file order within a rank)
+    and write the group table for the controller."""
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is None or _GROUPS_FILE not in workerinput:
+        return
+    groups = module_groups(items)
+    items.sort(key=lambda item: rank(groups[module_of(item.nodeid)]))
+    target = Path(workerinput[_GROUPS_FILE])
+    staged = target.with_name(f"{target.name}.{workerinput.get('workerid', 'w')}")
+    staged.write_text(json.dumps(groups))
+    staged.replace(target)  # every worker collects the same tests: any one's table will do
