@@ -91,6 +91,7 @@ def warnings_of(events: list[dict[str, Any]], node: str) -> list[dict[str, Any]]
     return [e for e in events if e.get("node") == node and e.get("level") == "WARNING"]
 
 
+@pytest.mark.solo  # its latency bound holds against a quiet baseline: not beside other tests
 async def test_flood_of_bad_connections_stays_out_of_user_partitions(flood_cluster: LocalCluster) -> None:
     c = flood_cluster
     cm_addr, mm_addr = c.bootstrap, f"127.0.0.1:{c.mm_ports['mm-0']}"

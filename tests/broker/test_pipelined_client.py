@@ -22,6 +22,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from hybridmq.client import Producer
 from hybridmq.local.runner import LocalCluster
 
@@ -50,6 +52,7 @@ async def sends_for(producer: Producer, seconds: float) -> list[float]:
     return latencies
 
 
+@pytest.mark.solo  # its latency bound holds against a quiet baseline: not beside other tests
 async def test_a_pipelining_client_does_not_hold_the_cm(tmp_path: Path) -> None:
     cluster = LocalCluster(tmp_path, mms=1, fixed_per_mm=1, on_demand_per_mm=0)
     with cluster:
