@@ -91,7 +91,7 @@ fmt: $(STAMP)
 # alone: they compare latencies with a quiet baseline, which other tests' load makes a coin toss.
 TEST_WORKERS ?= 0
 test: setup
-	HYBRIDMQ_TESTS_RECORD=parallel $(VENV)/bin/pytest -n $(TEST_WORKERS) --dist loadgroup -m "not solo" \
+	HYBRIDMQ_TESTS_RECORD=main $(VENV)/bin/pytest -n $(TEST_WORKERS) --dist loadgroup -m "not solo" \
 	  -ra --durations=20 tests
 	HYBRIDMQ_TESTS_RECORD=solo $(VENV)/bin/pytest -m solo -ra tests
 

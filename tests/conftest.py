@@ -120,7 +120,7 @@ def _record(total: float, workers: int, cores: float) -> None:
         "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "commit": commit,
         "ci": bool(os.environ.get("CI")),
-        "part": os.environ.get("HYBRIDMQ_TESTS_RECORD"),  # parallel, then solo (make test)
+        "part": os.environ.get("HYBRIDMQ_TESTS_RECORD"),  # main, then solo (make test)
         "total_s": round(total, 1),
         "workers": workers,
         "load_before": round(_clock.load_before, 2),

@@ -40,7 +40,8 @@ SHARED_FIXTURES = {
 # group is about a third of the suite's test time, kind and the images a sixth), then directories by
 # their tests' length.
 GROUP_ORDER = ["kubernetes", "docker", "tests/adversarial", "tests/e2e", "spark", "tests/broker"]
-_GROUPS_FILE = "hybridmq_groups_file"
+_GROUPS_FILE = "hybridmq_groups_file"  # the workerinput key naming the group table's file
+_FILE_KEY = pytest.StashKey[str]()  # the controller's copy of that file name
 
 
 def module_of(nodeid: str) -> str:
@@ -85,9 +86,6 @@ class SuiteGroups(LoadScopeScheduling):
         return self._groups.get(module, module)
 
 
-_FILE_KEY = pytest.StashKey[str]()
-
-
 def make_scheduler(config: pytest.Config, log: Any) -> SuiteGroups | None:
     return SuiteGroups(config, log) if config.getvalue("dist") == "loadgroup" else None
 
@@ -98,7 +96,6 @@ def configure_node(node: Any) -> None:
     if _FILE_KEY not in config.stash:
         handle, path = tempfile.mkstemp(prefix="hybridmq-test-groups-", suffix=".json")
         os.close(handle)
-        Path(path).write_text("{}")
         config.stash[_FILE_KEY] = path
         config.add_cleanup(lambda: Path(path).unlink(missing_ok=True))
     node.workerinput[_GROUPS_FILE] = config.stash[_FILE_KEY]

@@ -38,9 +38,8 @@ async def produce(p: Producer, keys: list[str]) -> None:
     await asyncio.gather(*futs)
 
 
-# Known flake (about 2 runs in 12, under load): a member's heartbeat consumer stops acknowledging
-# (its window fills) and the run stalls; root cause not found yet. Bounded, and retried once on a
-# fresh cluster, so a stall costs minutes instead of the whole CI budget.
+# Bounded: a stall (once seen under load, about 2 runs in 12: a member's heartbeat consumer stopped
+# acknowledging and its window filled; root cause not found) fails the test in minutes, not retried.
 @pytest.mark.timeout(150)
 async def test_affinity_takeover_under_load(cluster2: LocalCluster) -> None:
     record: list[tuple[str, str, int]] = []  # (member, key, seq) in processing order
