@@ -360,32 +360,34 @@ else
   k -n "${NAMESPACE}" get pods -o wide
   step "delete the primary MM of ${partition}: pod ${primary} on ${primary_node} (epoch ${epoch})"
   watch_hpart
+  # One watch on the Partition (a line per change of its status, no polling): first a new primary at
+  # a new epoch, then its log end growing past where it stood then (the producers resumed).
+  exec {watch_fd}< <(exec timeout 120 kubectl --context "${context}" -n "${NAMESPACE}" get hpart \
+    "${partition}" --watch -o jsonpath='{.status.primary} {.status.epoch} {.status.logEndOffset}{"\n"}')
+  partition_watch_pid="$!"
+  background_pids+=("${partition_watch_pid}")
   start_ms="$(now_ms)"
   k -n "${NAMESPACE}" delete pod "${primary}" --wait=false
   new_primary="${primary}"
   new_epoch="${epoch}"
-  deadline=$((SECONDS + 120))
-  while [[ "${new_primary}" == "${primary}" || "${new_epoch}" == "${epoch}" ]]; do
-    ((SECONDS < deadline)) || die "no new primary for ${partition} after 120 s"
-    sleep 0.2
-    new_primary="$(k -n "${NAMESPACE}" get hpart "${partition}" -o jsonpath='{.status.primary}')"
-    new_epoch="$(k -n "${NAMESPACE}" get hpart "${partition}" -o jsonpath='{.status.epoch}')"
-  done
-  elapsed_ms=$(($(now_ms) - start_ms))
-  status_updated_s="$((elapsed_ms / 1000)).$(printf '%03d' $((elapsed_ms % 1000)))"
-  # The producers resumed when the partition's log end (as the new primary reports it) grows.
-  end_at_failover="$(k -n "${NAMESPACE}" get hpart "${partition}" -o jsonpath='{.status.logEndOffset}')"
-  while ((SECONDS < deadline)); do
-    # Finished producers cannot resume: the load must outlast the failover (MESSAGES / RATE seconds).
-    [[ -z "$(k -n "${NAMESPACE}" get job "${LOAD_JOB}" -o jsonpath='{.status.completionTime}')" ]] || break
-    end_now="$(k -n "${NAMESPACE}" get hpart "${partition}" -o jsonpath='{.status.logEndOffset}')"
-    if [[ -n "${end_now}" && "${end_now}" -gt "${end_at_failover:-0}" ]]; then
+  end_at_failover=""
+  while read -r -u "${watch_fd}" seen_primary seen_epoch seen_end; do
+    if [[ -z "${end_at_failover}" ]]; then
+      [[ -n "${seen_primary}" && "${seen_primary}" != "${primary}" && "${seen_epoch}" != "${epoch}" ]] || continue
+      elapsed_ms=$(($(now_ms) - start_ms))
+      status_updated_s="$((elapsed_ms / 1000)).$(printf '%03d' $((elapsed_ms % 1000)))"
+      new_primary="${seen_primary}"
+      new_epoch="${seen_epoch}"
+      end_at_failover="${seen_end:-0}"
+    elif [[ -n "${seen_end}" && "${seen_end}" -gt "${end_at_failover}" ]]; then
       resumed_ms=$(($(now_ms) - start_ms))
       producers_resumed_s="$((resumed_ms / 1000)).$(printf '%03d' $((resumed_ms % 1000)))"
       break
     fi
-    sleep 0.2
   done
+  kill "${partition_watch_pid}" 2>/dev/null || true
+  exec {watch_fd}<&-
+  [[ -n "${end_at_failover}" ]] || die "no new primary for ${partition} after 120 s"
   info "producers resumed on ${partition} (its log end grew) ${producers_resumed_s} s after the pod deletion"
   info "failover: ${partition} primary ${primary} -> ${new_primary}, epoch ${epoch} -> ${new_epoch}," \
     "seen ${status_updated_s} s after the pod deletion"
@@ -482,6 +484,11 @@ if [[ "${DELETE_CLUSTER}" != 1 ]]; then
 fi
 # The last line is the verdict, with the failover times (the roll's stalls).
 [[ -n "${times}" ]] || times="status_updated_s=${status_updated_s} producers_resumed_s=${producers_resumed_s}"
+if [[ "${FAILURE}" == node ]]; then
+  # The node loss's own figures again, on the one line no background watch can interleave with.
+  times="${times} $(grep -oE '\b(primaries_by_node|operator_leader_stopped|operator_nodes|stopped_node|partitions_lost|failed_over_partitions)=[^ ]*' \
+    "${workdir}/node-loss.log" | tr '\n' ' ')"
+fi
 printf '\n%s%s %s%s\n' "${bold}" "${verdict:-verdict=FAIL (the audit printed no verdict; exit status ${audit_status})}" \
   "${times}" "${plain}"
 [[ "${audit_status}" == 0 && "${verdict}" == verdict=PASS* ]]

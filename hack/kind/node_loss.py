@@ -24,11 +24,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import queue
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -52,6 +54,39 @@ class Kubectl:
         if done.returncode != 0:
             raise RuntimeError(f"kubectl {' '.join(args)}: {done.stderr.strip()}")
         return json.loads(done.stdout)
+
+    def watch_partitions(self, namespace: str, deadline: float) -> Iterator[tuple[str, str, int]]:
+        """(name, primary, epoch) of the namespace's Partitions, each as listed and then at every
+        change, until ``deadline`` (time.time()): a watch, so nothing is polled while waiting."""
+        template = '{.metadata.name},{.status.primary},{.status.epoch}{"\\n"}'
+        cmd = ["kubectl", "--context", self.context, "-n", namespace, "get", "partitions.hybridmq.io"]
+        watch = subprocess.Popen(
+            [*cmd, "--watch", "-o", f"jsonpath={template}"], stdout=subprocess.PIPE, text=True
+        )
+        lines: queue.Queue[str | None] = queue.Queue()
+
+        def pump() -> None:
+            assert watch.stdout is not None
+            for line in watch.stdout:
+                lines.put(line)
+            lines.put(None)
+
+        threading.Thread(target=pump, daemon=True).start()
+        try:
+            while (left := deadline - time.time()) > 0:
+                try:
+                    line = lines.get(timeout=left)
+                except queue.Empty:
+                    return
+                if line is None:
+                    return
+                name, _, rest = line.strip().partition(",")
+                primary, _, epoch = rest.partition(",")
+                if name:
+                    yield name, primary, int(epoch or 0)
+        finally:
+            watch.kill()
+            watch.wait()
 
 
 def _ready(pod: Mapping[str, Any]) -> bool:
@@ -204,22 +239,26 @@ def stop(args: argparse.Namespace) -> int:
     print(f"stop_ms={int(started * 1000)}")
     pending = dict(lost)
     taken: dict[str, float] = {}
-    while pending:
-        if time.time() - started > args.failover_timeout:
+    for name, primary, epoch in kube.watch_partitions(args.namespace, started + args.failover_timeout):
+        if name not in pending:
+            continue
+        old_primary, old_epoch = pending[name]
+        if primary not in ("", old_primary) and epoch > old_epoch:
+            taken[name] = time.time() - started
             print(
-                f"node-loss: no new primary after {args.failover_timeout:.0f} s for {sorted(pending)}",
-                file=sys.stderr,
+                f"failed_over {name} {old_primary}:{old_epoch} -> {primary}:{epoch} after {taken[name]:.3f} s"
             )
-            return 1
-        now = {p["metadata"]["name"]: p.get("status") or {} for p in _partitions(kube, args)}
-        for name, (primary, epoch) in list(pending.items()):
-            st = now.get(name, {})
-            if st.get("primary") not in (None, primary) and int(st.get("epoch") or 0) > epoch:
-                taken[name] = time.time() - started
-                moved = f"{primary}:{epoch} -> {st['primary']}:{st['epoch']}"
-                print(f"failed_over {name} {moved} after {taken[name]:.3f} s", flush=True)
-                del pending[name]
-        time.sleep(0.2)
+            sys.stdout.flush()
+            del pending[name]
+            if not pending:
+                break
+    if pending:
+        print(
+            f"node-loss: no new primary after {args.failover_timeout:.0f} s for {sorted(pending)}",
+            file=sys.stderr,
+        )
+        return 1
+    print(f"failed_over_partitions={','.join(sorted(taken))}")
     print(f"partitions_failed_over_s={max(taken.values()):.3f}")
     return 0
 
