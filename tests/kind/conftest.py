@@ -1,6 +1,7 @@
-"""The session's kind cluster: created by hack/kind/cluster.sh from the node image made here, deleted
-at the end (HYBRIDMQ_KIND_KEEP=1 keeps it); the project's Docker engine is stopped again when the
-session started it."""
+"""The kind cluster of tests/kind: created by hack/kind/cluster.sh from the node image made here, deleted
+after the journey module, its only user, so that it does not idle beside the rest of the suite
+(HYBRIDMQ_KIND_KEEP=1 keeps it); the project's Docker engine is stopped again when the fixture
+started it."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ def _tool_dir(script: str) -> str:
     return done.stdout.strip().splitlines()[-1]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def kind_cluster() -> Iterator[KindCluster]:
     engine = HACK / "docker" / "engine.sh"
     engine_was_up = subprocess.run([str(engine), "status"], capture_output=True, timeout=60).returncode == 0
