@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 import suite_schedule
+from localcluster.pytest_plugin import release_local_cluster
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "tests.jsonl"
@@ -33,6 +34,14 @@ def pytest_configure_node(node: Any) -> None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     suite_schedule.order_and_publish(config, items)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+    yield
+    # The control plane stops after its last test here, not at the session's end.
+    if suite_schedule.last_of_group(item, nextitem, "local_cluster"):
+        release_local_cluster(item.config)
 
 
 def _directory(nodeid: str) -> str:
@@ -86,6 +95,27 @@ _clock = SuiteClock()
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     _clock.add(report)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+    """With ``HYBRIDMQ_TESTS_CPU`` naming a file, append each test's wall seconds and the machine's
+    busy core-seconds meanwhile (setup to teardown): where the suite's CPU goes, when run alone."""
+    out = os.environ.get("HYBRIDMQ_TESTS_CPU")
+    if not out:
+        yield
+        return
+    t0, (busy0, _) = time.monotonic(), _busy_jiffies()
+    yield
+    wall, busy = time.monotonic() - t0, _busy_jiffies()[0] - busy0
+    with open(out, "a") as f:
+        f.write(
+            json.dumps({"test": item.nodeid, "wall_s": round(wall, 2), "cpu_s": round(busy / _TICKS, 2)})
+            + "\n"
+        )
+
+
+_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

@@ -5,8 +5,9 @@ session's expensive fixtures belongs to that fixture's group, so the thing is ma
 
 - ``local_cluster`` (the local control plane): ``kubernetes``;
 - ``docker`` and ``kind_cluster`` (the Docker engine, the images built once, the kind cluster, node
-  loss last): ``docker``;
-- ``spark`` (one SparkSession): ``spark``.
+  loss last) and ``spark`` (one SparkSession): ``heavy``. One group, so never side by side: kind
+  keeps both cores busy, and Spark gives a Python worker it starts a fixed 10 s to connect back.
+  A module marked ``spark`` that starts a Spark of its own (the demo's audit) joins that group too.
 
 Every other module is a group of its own, so a module-scoped broker cluster starts once. The groups
 are found from what the tests really use, not from a list kept by hand: each worker writes the
@@ -32,14 +33,16 @@ from xdist.scheduler import LoadScopeScheduling
 # The session fixtures whose users share one worker, and the group each one names.
 SHARED_FIXTURES = {
     "local_cluster": "kubernetes",
-    "kind_cluster": "docker",
-    "docker": "docker",
-    "spark": "spark",
+    "kind_cluster": "heavy",
+    "docker": "heavy",
+    "spark": "heavy",
 }
 # The order groups are handed to workers: the long serial ones first (measured: the control plane's
-# group is about a third of the suite's test time, kind and the images a sixth), then directories by
-# their tests' length.
-GROUP_ORDER = ["kubernetes", "docker", "tests/adversarial", "tests/e2e", "spark", "tests/broker"]
+# group is about a third of the suite's test time, the images, kind and Spark a quarter), then
+# directories by their tests' length.
+GROUP_ORDER = ["kubernetes", "heavy", "tests/adversarial", "tests/e2e", "tests/broker"]
+# Marks whose modules join a group when they use none of the fixtures above.
+SHARED_MARKS = {"spark": "heavy"}
 _GROUPS_FILE = "hybridmq_groups_file"  # the workerinput key naming the group table's file
 _FILE_KEY = pytest.StashKey[str]()  # the controller's copy of that file name
 
@@ -49,17 +52,24 @@ def module_of(nodeid: str) -> str:
 
 
 def module_groups(items: list[pytest.Item]) -> dict[str, str]:
-    """module -> group: the shared fixture's group when any of its tests uses one, else the module."""
-    groups: dict[str, str] = {}
+    """module -> group: a shared fixture's group when any of its tests uses one, else a shared mark's
+    group when any of its tests has one, else the module itself."""
+    by_fixture: dict[str, str] = {}
+    by_mark: dict[str, str] = {}
+    modules: list[str] = []
     for item in items:
         module = module_of(item.nodeid)
+        if module not in modules:
+            modules.append(module)
         names = getattr(item, "fixturenames", ())
-        shared = next((group for fixture, group in SHARED_FIXTURES.items() if fixture in names), None)
-        if shared is not None:
-            groups[module] = shared
-        else:
-            groups.setdefault(module, module)
-    return groups
+        for fixture, group in SHARED_FIXTURES.items():
+            if fixture in names:
+                by_fixture.setdefault(module, group)
+        marks = {mark.name for mark in item.iter_markers()}
+        for mark, group in SHARED_MARKS.items():
+            if mark in marks:
+                by_mark.setdefault(module, group)
+    return {m: by_fixture.get(m) or by_mark.get(m) or m for m in modules}
 
 
 def rank(group: str) -> int:
@@ -102,14 +112,40 @@ def configure_node(node: Any) -> None:
 
 
 def order_and_publish(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Worker side: sort the items into the order groups go out (stable: file order within a rank)
-    and write the group table for the controller."""
+    """Sort the items into the order groups go out (stable: file order within a rank), in one process
+    too, so that a shared fixture's users run one after the other; on a worker, write the group table
+    for the controller."""
+    groups = module_groups(items)
+    config.stash[_GROUPS] = groups
+    items.sort(key=lambda item: rank(groups[module_of(item.nodeid)]))
     workerinput = getattr(config, "workerinput", None)
     if workerinput is None or _GROUPS_FILE not in workerinput:
         return
-    groups = module_groups(items)
-    items.sort(key=lambda item: rank(groups[module_of(item.nodeid)]))
     target = Path(workerinput[_GROUPS_FILE])
     staged = target.with_name(f"{target.name}.{workerinput.get('workerid', 'w')}")
     staged.write_text(json.dumps(groups))
     staged.replace(target)  # every worker collects the same tests: any one's table will do
+
+
+_GROUPS = pytest.StashKey[dict[str, str]]()  # module -> group, of the tests collected here
+_LAST = pytest.StashKey[dict[str, int]]()  # group -> index of its last test in session.items
+
+
+def last_of_group(item: pytest.Item, nextitem: pytest.Item | None, fixture: str) -> bool:
+    """Whether ``item`` is the last test here of the group that shares ``fixture`` (after it, the
+    fixture has no more users in this process). On a worker a group arrives whole and runs without a
+    break, so it is when the next test is of another group; in one process every collected test
+    runs, in ``session.items`` order, so it is when no later one is of that group."""
+    groups = item.config.stash.get(_GROUPS, {})
+    group = SHARED_FIXTURES[fixture]
+    if groups.get(module_of(item.nodeid)) != group:
+        return False
+    if nextitem is not None and groups.get(module_of(nextitem.nodeid)) == group:
+        return False
+    if hasattr(item.config, "workerinput"):
+        return True
+    last = item.config.stash.setdefault(_LAST, {})
+    if group not in last:
+        items = item.session.items
+        last[group] = max(i for i, it in enumerate(items) if groups.get(module_of(it.nodeid)) == group)
+    return item.session.items[last[group]] is item

@@ -4,7 +4,8 @@ Register them in a conftest.py with `from localcluster.pytest_plugin import *  #
 (or import the fixture names). Both `tests/k8s` and `tests/e2e` share the *same* cluster: the
 fixture caches it on the pytest config, so a session that runs both starts it once.
 
-* `local_cluster` (session): a started `localcluster.LocalCluster`; attributes `kubeconfig`,
+* `local_cluster` (session, or until `release_local_cluster(config)` after its last user): a started
+  `localcluster.LocalCluster`; attributes `kubeconfig`,
   `api_url`, `bin_dir` (kubectl, helm), `node_name`, `directory`; methods `kubectl(...)`, `env()`,
   `api_client()`, `create_namespace(name)`, `pause_heartbeats()`/`resume_heartbeats()`,
   `container_pid(ns, pod, container)`, `kill_container(ns, pod, container)`, `container_log(...)`.
@@ -23,7 +24,7 @@ import re
 import shutil
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psutil
@@ -32,6 +33,7 @@ import pytest
 from localcluster.controlplane import LocalCluster, stderr_progress
 
 _CLUSTER = pytest.StashKey[LocalCluster]()
+_TEARDOWN = pytest.StashKey[Callable[[], None]]()
 _PREFIX = "localcluster-pytest-"
 
 
@@ -66,6 +68,9 @@ def _session_cluster(request: pytest.FixtureRequest) -> LocalCluster:
 
         def teardown() -> None:
             assert cluster is not None
+            if config.stash.get(_CLUSTER, None) is not cluster:  # already stopped (release_local_cluster)
+                return
+            del config.stash[_CLUSTER]
             keep = os.environ.get("LOCALCLUSTER_KEEP") == "1" or session.testsfailed > 0
             cluster.down(progress=stderr_progress, keep_dir=keep)
             if keep:
@@ -74,6 +79,7 @@ def _session_cluster(request: pytest.FixtureRequest) -> LocalCluster:
                 shutil.rmtree(directory, ignore_errors=True)
 
         config.add_cleanup(teardown)
+        config.stash[_TEARDOWN] = teardown
         try:
             cluster.up(progress=stderr_progress)
         except (RuntimeError, TimeoutError) as exc:  # e.g. a component slow to start: try once more
@@ -81,6 +87,16 @@ def _session_cluster(request: pytest.FixtureRequest) -> LocalCluster:
             cluster.up(progress=stderr_progress)
     config.stash[_CLUSTER] = cluster
     return cluster
+
+
+def release_local_cluster(config: pytest.Config) -> None:
+    """Stop the session's cluster now, when its last user has run, rather than at the session's end:
+    an idle control plane costs CPU that the rest of a suite needs. A cluster attached through
+    LOCALCLUSTER_DIR is left running."""
+    teardown = config.stash.get(_TEARDOWN, None)
+    if teardown is not None:
+        del config.stash[_TEARDOWN]
+        teardown()
 
 
 @pytest.fixture(scope="session")
@@ -99,4 +115,4 @@ def cluster_namespace(local_cluster: LocalCluster, request: pytest.FixtureReques
     local_cluster.kubectl("delete", "namespace", name, "--wait=false", "--ignore-not-found", check=False)
 
 
-__all__ = ["cluster_namespace", "local_cluster"]
+__all__ = ["cluster_namespace", "local_cluster", "release_local_cluster"]
