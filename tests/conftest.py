@@ -3,7 +3,9 @@
 Time report: seconds spent per test directory (setup, call and teardown of its tests, summed over
 the workers), each worker's busy seconds and when it finished, how busy the machine's cores were and
 its load before the run, and the run's wall time; with ``HYBRIDMQ_TESTS_RECORD`` set (as ``make
-test`` does) one JSON line per run is appended to ``bench/results/tests.jsonl``."""
+test`` does) one JSON line per run is appended to ``bench/results/tests.jsonl``. With
+``HYBRIDMQ_TESTS_CPU=FILE``, each test's wall seconds and the machine's busy core-seconds meanwhile
+go to FILE, one JSON line per test: run in one process, that says where the suite's CPU goes."""
 
 from __future__ import annotations
 
