@@ -84,12 +84,12 @@ fmt: $(STAMP)
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
-# The suite in TEST_WORKERS pytest-xdist workers (0: in this one process, the default until the
-# parallel runs are green every time; 2 or 3 take 26-32 min instead of about 42 but failed a test
-# under load in two runs of three); tests that share a control plane, the Docker engine and kind, or
-# the SparkSession stay together in one worker (tests/suite_schedule.py). Then the `solo` tests,
-# alone: they compare latencies with a quiet baseline, which other tests' load makes a coin toss.
-TEST_WORKERS ?= 0
+# The suite in TEST_WORKERS pytest-xdist workers (4: most tests wait on brokers, leases and pods, so
+# four overlap their waits on the 2 cores; 19 min where one process takes 41). Tests that share a
+# control plane stay together in one worker, and so do the images, kind and Spark, which must not run
+# side by side (tests/suite_schedule.py). Then the `solo` tests, alone: they compare latencies with a
+# quiet baseline, which other tests' load makes a coin toss. TEST_WORKERS=0 runs it in this process.
+TEST_WORKERS ?= 4
 test: setup
 	HYBRIDMQ_TESTS_RECORD=main $(VENV)/bin/pytest -n $(TEST_WORKERS) --dist loadgroup -m "not solo" \
 	  -ra --durations=20 tests
