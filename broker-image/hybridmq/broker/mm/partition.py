@@ -192,6 +192,7 @@ class PartitionHost:
     def recover(self) -> None:
         """Rebuild queue and durable cursors from the control records and data in the log."""
         snaps: dict[str, list[Any]] = {}  # key -> [lw, ack ranges, delivered through, {offset: count}]
+        moved: list[tuple[str, int, int]] = []  # (state key, first, last) moved from here to _DMQ
         for batch in self.storage.scan(0):
             if batch.control:
                 self.storage.note_control(batch.base, batch.n)
@@ -213,6 +214,9 @@ class PartitionHost:
                         self.tx.observe(rec, batch.base)
                 continue
             self.tx.observe_data(batch.extra)
+            origin = self._moved_from(batch)
+            if origin is not None:
+                moved.append(origin)
             if not is_reserved(batch.dest):
                 self.data_end = batch.next_offset
             if batch.dest.startswith("queue:") and ("q:" + batch.dest) not in self.states:
@@ -230,11 +234,32 @@ class PartitionHost:
                 else:
                     continue
             state.restore(lw, ranges, through, counts.items())
+        # A move to _DMQ is its own batch, the acknowledgement at its origin a later cursor record:
+        # a primary lost between the two left records that are in _DMQ yet unacknowledged, which
+        # this one would move (or deliver) once more. The move itself says what it settled.
+        for key, first, last in moved:
+            state = self.states.get(key)
+            if state is None and key.startswith("q:"):
+                state = self._queue_state(key[2:], 0)
+            if state is not None:
+                state.mark_acked(first, last)
         self.tx.recovered()
         self.storage.visible_end = self.storage.end_offset
         log.info(
             "partition %s recovered: end=%d states=%d", self.name, self.storage.end_offset, len(self.states)
         )
+
+    def _moved_from(self, batch: StoredBatch) -> tuple[str, int, int] | None:
+        """``(state key, first, last)`` of the records a ``_DMQ`` batch of this log moved here
+        (``_to_dmq``), or None for any other batch."""
+        if not batch.flags & BatchFlag.DMQ or batch.dest != DMQ_DESTINATION or not batch.extra:
+            return None
+        partition, _, first = str(batch.extra.get("from") or "").rpartition(":")
+        orig = str(batch.extra.get("orig") or "")
+        if partition != self.name or not first.isdigit():
+            return None
+        key = str(batch.extra.get("sub") or ("q:" + orig if orig.startswith("queue:") else ""))
+        return (key, int(first), int(first) + batch.n - 1) if key else None
 
     def start(self) -> None:
         self._tasks.append(asyncio.create_task(self._produce_worker()))
@@ -785,6 +810,8 @@ class PartitionHost:
             return True
         extra = dict(batch.extra or {})
         extra.update({"orig": batch.dest, "reason": reason, "from": f"{self.name}:{first}"})
+        if state.key != "q:" + batch.dest:  # a durable subscription's: recovery must find it
+            extra["sub"] = state.key
         if batch.flags & BatchFlag.CHUNK or (first == batch.base and last == batch.next_offset - 1):
             blob = batch.blob
         else:
