@@ -51,6 +51,9 @@ def _directory(nodeid: str) -> str:
     return "/".join(parts[:2]) if len(parts) > 2 else parts[0] if parts else "?"
 
 
+_TICKS = os.sysconf("SC_CLK_TCK")  # /proc/stat's clock ticks per second
+
+
 def _busy_jiffies() -> tuple[int, int]:
     """(busy, total) CPU time of the machine so far, in clock ticks (/proc/stat)."""
     fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
@@ -115,9 +118,6 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
             json.dumps({"test": item.nodeid, "wall_s": round(wall, 2), "cpu_s": round(busy / _TICKS, 2)})
             + "\n"
         )
-
-
-_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

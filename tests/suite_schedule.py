@@ -56,11 +56,10 @@ def module_groups(items: list[pytest.Item]) -> dict[str, str]:
     group when any of its tests has one, else the module itself."""
     by_fixture: dict[str, str] = {}
     by_mark: dict[str, str] = {}
-    modules: list[str] = []
+    modules: dict[str, None] = {}  # in collection order
     for item in items:
         module = module_of(item.nodeid)
-        if module not in modules:
-            modules.append(module)
+        modules.setdefault(module)
         names = getattr(item, "fixturenames", ())
         for fixture, group in SHARED_FIXTURES.items():
             if fixture in names:
