@@ -11,9 +11,10 @@ Definitions (the README explains why):
 * stored twice = one payload id at two different ``(partition, offset)`` positions;
 * order violation = in a fixed producer's partition, a payload stored below an earlier one of the
   same producer (or in another partition);
-* acknowledged delivery = the consumer sent the ACK of the batch and no fault was in progress
-  within ``settle_s`` either side of it (an ACK in flight while a process dies may be lost; that is
-  not the broker's fault, but the redelivery must still be flagged);
+* acknowledged delivery = the broker confirmed the consumer's ACK (committed: it survives a
+  failover) and no fault was in progress within ``settle_s`` either side of when it was sent; an
+  ACK that was sent but refused or never answered (``STALE_DELIVERY``: delivered again by a new
+  primary meanwhile, or its primary died) promises nothing, but the redelivery must still be flagged;
 * delivered again = a later delivery of the same ``(partition, offset)`` to the same subscription
   (the queue, or the durable subscription of a topic);
 * unflagged redelivery = any delivery after the first one of the same ``(partition, offset)`` to
@@ -44,7 +45,8 @@ class Delivery:
     offset: int
     redelivered: bool
     received_at: float
-    acked_at: float | None  # when the consumer sent the batch's ACK (None: never)
+    acked_at: float | None  # when the consumer sent the ACK the broker then confirmed (None: not confirmed)
+    ack_sent_at: float | None = None  # when the consumer sent the ACK, confirmed or not (None: never)
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,7 +142,7 @@ def check(h: History, settle_s: float) -> tuple[dict[str, int], list[str]]:
                 order_violations += 1
                 example(f"order: {producer}:{n1} at {p1}:{o1} after {producer}:{n0} at {p0}:{o0}")
 
-    acked_redelivered = acked_near_fault = unflagged = redeliveries = 0
+    acked_redelivered = acked_near_fault = unconfirmed_redelivered = unflagged = redeliveries = 0
     history: dict[tuple[str, str, int], list[Delivery]] = defaultdict(list)
     for d in h.deliveries:
         history[(d.group, d.partition, d.offset)].append(d)
@@ -161,6 +163,9 @@ def check(h: History, settle_s: float) -> tuple[dict[str, int], list[str]]:
             earlier_ack = [t for t in acks if settled(t, h.faults, settle_s)]
             if acks and not earlier_ack:
                 acked_near_fault += 1
+            sent = [e.ack_sent_at for e in ds[:i] if e.acked_at is None and e.ack_sent_at is not None]
+            if not acks and any(t < d.received_at for t in sent):
+                unconfirmed_redelivered += 1
             if earlier_ack:
                 acked_redelivered += 1
                 example(
@@ -195,6 +200,7 @@ def check(h: History, settle_s: float) -> tuple[dict[str, int], list[str]]:
         "order_violations": order_violations,
         "acked_redelivered": acked_redelivered,
         "acked_redelivered_near_fault": acked_near_fault,  # information: the ACK may have been lost
+        "ack_unconfirmed_redelivered": unconfirmed_redelivered,  # information: the broker refused the ACK
         "unflagged_redeliveries": unflagged,
         "large_sent": len(h.large_sent),
         "large_refused": h.large_refused,

@@ -13,6 +13,7 @@ import hashlib
 import random
 import time
 from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
 
 from adv_checker import Delivery, History, LargeReceipt, Sent, Stored, payload_id
 
@@ -23,6 +24,7 @@ from hybridmq.client.consumer import StreamMessage
 MARK = b"adv|"
 CHUNK = 256 * 1024
 STALL_S = 30.0  # a streamed message whose next chunk takes longer than this has stalled
+ACK_WAIT_S = 10.0  # an ACK not answered in this time counts as unconfirmed
 LOST_CONNECTION = (ConnectionError, OSError, ClientError, asyncio.IncompleteReadError)
 
 
@@ -151,16 +153,42 @@ async def consume(
             received = time.monotonic()
             if hold_s:
                 await asyncio.sleep(hold_s)
-            for m in batch:
-                c.ack(m)  # type: ignore[arg-type]  # small messages only on these destinations
+            confirmations = [c.ack(m) for m in batch]  # type: ignore[arg-type]  # small messages only here
             # an ACK is only sent on an open connection; a closed one drops it silently
-            acked = None if c.conn.closed else time.monotonic()
-            for m in batch:
-                pid = decode(getattr(m, "value", None))
-                if pid is not None:
-                    h.deliveries.append(
-                        Delivery(group, pid, m.partition, m.offset, bool(m.redelivered), received, acked)
+            sent_at = None if c.conn.closed else time.monotonic()
+            task = asyncio.create_task(record(batch, confirmations, received, sent_at))
+            recording.add(task)
+            task.add_done_callback(recording.discard)
+
+    async def record(
+        batch: list[Any],
+        confirmations: list[asyncio.Future[Any] | None],
+        received: float,
+        sent_at: float | None,
+    ) -> None:
+        """Record the batch once each ACK was answered: acknowledged means the broker confirmed it
+        (committed: it survives a failover), not only that the consumer sent it."""
+        waiting = [f for f in confirmations if f is not None]
+        if waiting:
+            await asyncio.wait(waiting, timeout=ACK_WAIT_S)
+        for m, fut in zip(batch, confirmations, strict=True):
+            confirmed = fut is not None and fut.done() and not fut.cancelled() and fut.exception() is None
+            pid = decode(getattr(m, "value", None))
+            if pid is not None:
+                h.deliveries.append(
+                    Delivery(
+                        group,
+                        pid,
+                        m.partition,
+                        m.offset,
+                        bool(m.redelivered),
+                        received,
+                        sent_at if confirmed else None,
+                        ack_sent_at=sent_at,
                     )
+                )
+
+    recording: set[asyncio.Task[None]] = set()
 
     await _reconnecting(
         lambda: Consumer.connect(
@@ -169,6 +197,8 @@ async def consume(
         session,
         stop,
     )
+    if recording:
+        await asyncio.wait(recording)
 
 
 def large_body(rng: random.Random, size: int) -> bytes:

@@ -74,6 +74,18 @@ def test_redelivery_after_a_settled_ack() -> None:
     assert check(h, settle_s=1.0)[0]["acked_redelivered_near_fault"] == 1
 
 
+def test_redelivery_after_an_unconfirmed_ack_is_no_defect() -> None:
+    """An ACK the broker refused (its delivery was made again by a new primary meanwhile) promises
+    nothing: the repeat is counted for information, not held against the broker."""
+    h = _clean()
+    h.deliveries[0] = Delivery(Q, "p:0", "f0", 10, False, received_at=1.0, acked_at=None, ack_sent_at=1.1)
+    h.deliveries.append(Delivery(Q, "p:0", "f0", 10, True, received_at=5.0, acked_at=5.1, ack_sent_at=5.1))
+    assert _bad(h) == {}
+    assert check(h, settle_s=1.0)[0]["ack_unconfirmed_redelivered"] == 1
+    h.deliveries[0] = Delivery(Q, "p:0", "f0", 10, False, received_at=1.0, acked_at=1.1, ack_sent_at=1.1)
+    assert _bad(h) == {"acked_redelivered": 1}  # confirmed, then delivered again: a defect
+
+
 def test_redelivery_must_be_flagged() -> None:
     h = _clean()
     h.deliveries[0] = Delivery(Q, "p:0", "f0", 10, False, received_at=1.0, acked_at=None)
