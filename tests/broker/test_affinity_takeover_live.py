@@ -38,8 +38,13 @@ async def produce(p: Producer, keys: list[str]) -> None:
     await asyncio.gather(*futs)
 
 
-# Bounded: a stall (once seen under load, about 2 runs in 12: a member's heartbeat consumer stopped
-# acknowledging and its window filled; root cause not found) fails the test in minutes, not retried.
+# The membership lease is 3 s, not 1 s: on the 2 cores shared with three other test workers (load
+# average 15) heartbeats through the brokers came more than 1 s late about one run in ten, a live
+# member was declared dead and its keys processed twice. That is the lease doing what it promises
+# (a member that misses it is dead for good); this test is about the takeover, not about the lease.
+# The stall once seen here (the dead member's keys all processed by the dead member) was the crashed
+# member still running: its cancel swallowed by wait_for, it went on processing and acknowledging;
+# tests/unit/test_affinity_member_stop.py holds that. Bounded: a stall fails in minutes, not retried.
 @pytest.mark.timeout(150)
 async def test_affinity_takeover_under_load(cluster2: LocalCluster) -> None:
     record: list[tuple[str, str, int]] = []  # (member, key, seq) in processing order
@@ -59,7 +64,7 @@ async def test_affinity_takeover_under_load(cluster2: LocalCluster) -> None:
             m,
             MEMBERS,
             handler_for(m),
-            lease_s=1.0,
+            lease_s=3.0,
             heartbeat_s=0.2,
             distribution="round-robin",
         ).start()
@@ -93,6 +98,9 @@ async def test_affinity_takeover_under_load(cluster2: LocalCluster) -> None:
     for p in producers:
         await p.close()
 
+    for m in MEMBERS:
+        if m != dead:
+            assert members[m].leases.dead == [dead], f"{m} declared {members[m].leases.dead} dead"
     assert len(info) == 1 and info[0]["dead"] == dead
     by_key: dict[str, list[int]] = defaultdict(list)
     who: dict[str, list[str]] = defaultdict(list)

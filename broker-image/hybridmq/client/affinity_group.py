@@ -132,6 +132,7 @@ class AffinityMember:
         self._hb_in: Consumer | None = None
         self._hb_out: Producer | None = None
         self._clients: list[Consumer | Producer] = []
+        self._stopped = False
 
     def durable(self, member: str) -> str:
         return f"{self.group}.{member}"
@@ -164,25 +165,32 @@ class AffinityMember:
         await self.crash()
 
     async def crash(self) -> None:
-        """Stop dead, as a killed process would: no more processing, heartbeats or acks."""
+        """Stop dead, as a killed process would: no more processing, heartbeats or acks.
+
+        The loops also check ``_stopped``: on Python 3.11 ``wait_for`` (inside ``receive``) returns
+        a message that arrived together with the cancellation instead of raising it, so a cancel
+        alone can leave a loop running; it then processed and acknowledged the adopted keys behind
+        the heir's back."""
+        self._stopped = True
         for t in self._tasks:
             t.cancel()
         if self._tasks:
-            # Bounded: on Python 3.11 a cancel can be swallowed inside wait_for; never hang here.
-            await asyncio.wait(self._tasks, timeout=5.0)
+            # Before the abort: the acknowledgements of what was processed go out on the next turn
+            # of the loop, and an abort drops them (the messages would come again to the heir).
+            await asyncio.wait(self._tasks, timeout=5.0)  # bounded: never hang here
         for c in self._clients:
             c.abort()
 
     # -- membership ------------------------------------------------------------------------------
     async def _heartbeats(self) -> None:
         assert self._hb_out is not None
-        while True:
+        while not self._stopped:
             self._hb_out.try_send(self.members_topic, self.member.encode(), key=self.member)
             await asyncio.sleep(self.heartbeat_s)
 
     async def _membership(self) -> None:
         assert self._hb_in is not None
-        while True:
+        while not self._stopped:
             try:
                 msg = await self._hb_in.receive(timeout=self.heartbeat_s)
             except TimeoutError:
@@ -204,6 +212,8 @@ class AffinityMember:
         return self.ownership.owner(key) == self.member
 
     async def _handle(self, consumer: Consumer, msg: Message, action: Action) -> None:
+        if self._stopped:
+            raise asyncio.CancelledError  # stopped: a message received meanwhile is not ours any more
         if action is Action.PROCESS:
             result = self.handler(msg)
             if inspect.isawaitable(result):
@@ -213,7 +223,7 @@ class AffinityMember:
 
     async def _process(self) -> None:
         assert self._own is not None
-        while True:
+        while not self._stopped:
             if not self._pending.empty():
                 await self._takeover(self._pending.get_nowait())
                 continue
