@@ -44,10 +44,12 @@ from hybridmq.api.frames import (
     is_reserved,
 )
 from hybridmq.broker.log_events import log_partition, log_partition_owner
+from hybridmq.broker.routing import Unroutable
 from hybridmq.protocol import RemoteError
 
 if TYPE_CHECKING:
-    from hybridmq.broker.cm.server import ConnectionManager, Session
+    from hybridmq.broker.cm.context import CMContext
+    from hybridmq.broker.cm.session import Session
 
 READABLE_INTERNAL = (DMQ_DESTINATION, LOG_DESTINATION)
 INTERNAL_TYPE = "internal"  # the type FETCH_META gives an MM's internal log partition
@@ -55,45 +57,34 @@ MM_TIMEOUT_S = 30.0
 META_TIMEOUT_S = 10.0
 
 
-def _link_conn(cm: ConnectionManager, mm: str | None) -> Any:
-    link = cm.links.get(mm or "")
-    if link is None or link.conn is None or link.conn.closed:
-        return None
-    return link.conn
-
-
-async def fetch(cm: ConnectionManager, session: Session, frame: dict[str, Any]) -> None:
+async def fetch(cm: CMContext, session: Session, frame: dict[str, Any]) -> None:
     try:
         await _fetch(cm, session, frame)
     except (KeyError, ValueError, TypeError) as exc:
         session.conn.reply_error(frame, ErrorCode.INVALID_REQUEST, f"bad fetch: {exc!r}")
 
 
-async def fetch_meta(cm: ConnectionManager, session: Session, frame: dict[str, Any]) -> None:
+async def fetch_meta(cm: CMContext, session: Session, frame: dict[str, Any]) -> None:
     try:
         await _fetch_meta(cm, session, frame)
     except (KeyError, ValueError, TypeError) as exc:
         session.conn.reply_error(frame, ErrorCode.INVALID_REQUEST, f"bad fetch_meta: {exc!r}")
 
 
-def _primary_link(cm: ConnectionManager, session: Session, frame: dict[str, Any]) -> tuple[Any, int] | None:
+def _primary_link(cm: CMContext, session: Session, frame: dict[str, Any]) -> tuple[Any, int] | None:
     """The link to partition ``p``'s primary MM and the partition epoch; None once answered with
     the error (UNKNOWN_PARTITION, MM_UNAVAILABLE)."""
     name = str(frame["p"])
-    a = cm.source.partitions().get(name)
     owner = _internal_owner(cm, name) if frame.get("i") else None
-    if a is None and owner is None:
-        session.conn.reply_error(frame, ErrorCode.UNKNOWN_PARTITION, f"no partition {name!r}")
+    try:
+        route = cm.routes.primary(name, internal_owner=owner)
+    except Unroutable as exc:
+        session.conn.reply_error(frame, exc.code, exc.msg)
         return None
-    primary, epoch = (a.primary, a.epoch) if a is not None else (owner, 0)
-    conn = _link_conn(cm, primary)
-    if conn is None:
-        session.conn.reply_error(frame, ErrorCode.MM_UNAVAILABLE, f"primary of {name} unavailable")
-        return None
-    return conn, epoch
+    return route.conn, route.epoch
 
 
-async def reader_commit(cm: ConnectionManager, session: Session, frame: dict[str, Any]) -> None:
+async def reader_commit(cm: CMContext, session: Session, frame: dict[str, Any]) -> None:
     if not isinstance(frame.get("p"), str):
         session.conn.reply_error(frame, ErrorCode.INVALID_REQUEST, "bad reader commit: p must be a string")
         return
@@ -115,7 +106,7 @@ async def reader_commit(cm: ConnectionManager, session: Session, frame: dict[str
     session.conn.reply(frame, reply)
 
 
-async def _fetch(cm: ConnectionManager, session: Session, frame: dict[str, Any]) -> None:
+async def _fetch(cm: CMContext, session: Session, frame: dict[str, Any]) -> None:
     name = str(frame["p"])
     route = _primary_link(cm, session, frame)
     if route is None:
@@ -146,7 +137,7 @@ async def _fetch(cm: ConnectionManager, session: Session, frame: dict[str, Any])
 
 
 def visible_batches(
-    cm: ConnectionManager, user: str, batches: list[dict[str, Any]], internal: bool
+    cm: CMContext, user: str, batches: list[dict[str, Any]], internal: bool
 ) -> list[dict[str, Any]]:
     """Replace the batches this user may not see by stubs that keep only ``o`` and ``n``."""
     verdicts: dict[str, str | None] = {}
@@ -171,7 +162,7 @@ def visible_batches(
     return out
 
 
-async def _fetch_meta(cm: ConnectionManager, session: Session, frame: dict[str, Any]) -> None:
+async def _fetch_meta(cm: CMContext, session: Session, frame: dict[str, Any]) -> None:
     table = cm.source.partitions()
     names = frame.get("p")
     pids = [int(pid) for pid in frame.get("pids") or []]
@@ -188,9 +179,10 @@ async def _fetch_meta(cm: ConnectionManager, session: Session, frame: dict[str, 
                 by_mm.setdefault(mm, []).append(name)
 
     async def ask(mm: str, wanted: list[str]) -> tuple[str, dict[str, Any] | str]:
-        conn = _link_conn(cm, mm)
-        if conn is None:
+        route = cm.routes.to(mm, 0)
+        if route is None:
             return mm, ErrorCode.MM_UNAVAILABLE.name
+        conn = route.conn
         try:
             request: dict[str, Any] = {"t": FrameType.FETCH_META, "p": wanted}
             if pids:
@@ -243,11 +235,11 @@ async def _fetch_meta(cm: ConnectionManager, session: Session, frame: dict[str, 
     session.conn.reply(frame, {"t": FrameType.OK, "partitions": partitions})
 
 
-def _mm_names(cm: ConnectionManager) -> set[str]:
+def _mm_names(cm: CMContext) -> set[str]:
     return {b.name for b in cm.source.message_managers()}
 
 
-def _internal_owner(cm: ConnectionManager, name: str) -> str | None:
+def _internal_owner(cm: CMContext, name: str) -> str | None:
     """The MM whose internal log partition ``name`` is (None: not one, or no such MM)."""
     owner = log_partition_owner(name)
     return owner if owner is not None and owner in _mm_names(cm) else None

@@ -20,7 +20,7 @@ import msgpack
 
 from hybridmq.api.frames import FrameType
 from hybridmq.broker.assignment_source import AssignmentSource
-from hybridmq.broker.cm.mm_links import MMLink
+from hybridmq.broker.routing import Link, Routes
 
 MARKER_HEADER = "hybridmq-affinity-marker"
 
@@ -32,7 +32,7 @@ def marker_blob(marker_id: str, value: bytes = b"") -> bytes:
 
 async def publish_marker(
     source: AssignmentSource,
-    links: dict[str, MMLink],
+    routes: Routes[Link],
     topic: str,
     marker_id: str,
     value: bytes = b"",
@@ -46,14 +46,14 @@ async def publish_marker(
     for a in source.partitions().values():
         if not a.writable:
             continue
-        link = links.get(a.primary or "")
-        if link is None or link.conn is None or link.conn.closed:
+        route = routes.to(a.primary, a.epoch, a)
+        if route is None:
             failed[a.name] = "primary unavailable"
             continue
         frame = {"t": FrameType.PRODUCE, "p": a.name, "d": topic, "n": 1, "b": blob, "f": 0, "x": 0}
-        frame["e"] = a.epoch
+        frame["e"] = route.epoch
         names.append(a.name)
-        futs.append(asyncio.wait_for(link.conn.request_nowait(frame), timeout_s))
+        futs.append(asyncio.wait_for(route.conn.request_nowait(frame), timeout_s))
     results = await asyncio.gather(*futs, return_exceptions=True)
     ok = []
     for name, r in zip(names, results, strict=True):

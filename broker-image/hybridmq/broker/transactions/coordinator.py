@@ -27,12 +27,14 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from hybridmq.api.frames import ErrorCode, FrameType, canonical, is_reserved
+from hybridmq.broker.routing import Unroutable
 from hybridmq.broker.transactions import fault
 from hybridmq.protocol import RemoteError
 from hybridmq.protocol.connection import ConnectionClosed
 
 if TYPE_CHECKING:
-    from hybridmq.broker.cm.server import ConnectionManager, Session
+    from hybridmq.broker.cm.context import CMContext
+    from hybridmq.broker.cm.session import Session
 
 log = logging.getLogger(__name__)
 
@@ -61,18 +63,11 @@ class TxFailed(Exception):
 
 
 class TxManager:
-    def __init__(self, cm: ConnectionManager) -> None:
+    def __init__(self, cm: CMContext) -> None:
         self.cm = cm
         self.open: set[str] = set()  # transactions this CM is committing now
-        self._tasks: set[asyncio.Task[None]] = set()
         self.committed = 0
         self.rolled_back = 0
-
-    def spawn(self, coro: Any) -> None:
-        """Run a request in the background: the session keeps answering PINGs meanwhile."""
-        task = asyncio.create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
 
     # -- routing -----------------------------------------------------------------------------------
     async def request(self, partition: str, frame: dict[str, Any], within_s: float) -> dict[str, Any]:
@@ -81,15 +76,15 @@ class TxManager:
         deadline = time.monotonic() + within_s
         why: tuple[ErrorCode, str] = (ErrorCode.MM_UNAVAILABLE, f"primary of {partition} unavailable")
         while True:
-            a = self.cm.source.partitions().get(partition)
-            link = self.cm.links.get(a.primary or "") if a is not None else None
-            if a is None:
-                why = (ErrorCode.UNKNOWN_PARTITION, f"no partition {partition!r}")
-            elif link is not None and link.conn is not None and not link.conn.closed:
+            try:
+                route = self.cm.routes.primary(partition)
+            except Unroutable as exc:
+                why = (exc.code, exc.msg)
+            else:
                 left = max(0.5, deadline - time.monotonic())
                 try:
-                    fut = link.request(partition, dict(frame, p=partition, e=a.epoch))
-                    await link.conn.drain()
+                    fut = route.link.request(partition, dict(frame, p=partition, e=route.epoch))
+                    await route.conn.drain()
                     reply: dict[str, Any] = await asyncio.wait_for(fut, left)
                     return reply
                 except RemoteError as exc:
