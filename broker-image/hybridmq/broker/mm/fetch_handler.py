@@ -4,7 +4,7 @@ The read side of the fetch-by-offset API (the PySpark data source and the audit 
 partitions of a live cluster). The CM routes a client's FETCH to the partition's primary with the
 partition epoch (``pe``); this module answers it from the partition log:
 
-* only records below the high watermark (``PartitionStorage.visible_end``: flushed and, with
+* only records below the high watermark (``PartitionStorage.high_watermark``: flushed and, with
   replication, committed) are returned, and never at or past the requested exclusive end ``e``;
 * whole stored batches, the first one possibly starting below ``o`` (readers skip those records);
   at most ``mb`` bytes of batches (capped by the frame size) but always at least one batch, so that
@@ -37,8 +37,8 @@ from hybridmq.broker.log.errors import LogError
 from hybridmq.protocol import Connection
 
 if TYPE_CHECKING:
+    from hybridmq.broker.mm.context import MMContext
     from hybridmq.broker.mm.partition import PartitionHost
-    from hybridmq.broker.mm.server import MessageManager
 
 log = logging.getLogger(__name__)
 
@@ -47,15 +47,10 @@ FRAME_MARGIN = 256 * 1024  # room for the reply's own fields within the maximum 
 BATCH_OVERHEAD = 96  # msgpack map keys and small values of one batch entry
 
 
-def high_watermark(host: PartitionHost) -> int:
-    storage = host.storage
-    return min(storage.visible_end, storage.end_offset)
-
-
 def partition_meta(host: PartitionHost) -> dict[str, int]:
     return {
         "start": host.storage.start_offset,
-        "hw": high_watermark(host),
+        "hw": host.storage.high_watermark,
         "end": host.storage.end_offset,
         "epoch": host.epoch,
     }
@@ -78,7 +73,7 @@ def producer_states(host: PartitionHost, pids: list[Any]) -> dict[str, list[Any]
     return out
 
 
-def handle(mm: MessageManager, conn: Connection, frame: dict[str, Any]) -> None:
+def handle(mm: MMContext, conn: Connection, frame: dict[str, Any]) -> None:
     """Answer a FETCH or FETCH_META frame from a CM."""
     if frame["t"] == FrameType.FETCH_META:
         names = frame.get("p")
@@ -102,7 +97,7 @@ def handle(mm: MessageManager, conn: Connection, frame: dict[str, Any]) -> None:
         conn.send_nowait(reply)
 
 
-def primary_host(mm: MessageManager, name: str, frame: dict[str, Any]) -> PartitionHost | dict[str, Any]:
+def primary_host(mm: MMContext, name: str, frame: dict[str, Any]) -> PartitionHost | dict[str, Any]:
     """The host of ``name`` if this MM is its primary at the epoch the CM routed with (``pe``);
     else the NOT_PRIMARY error frame to answer."""
     corr = frame.get("c")
@@ -116,7 +111,7 @@ def primary_host(mm: MessageManager, name: str, frame: dict[str, Any]) -> Partit
     return host
 
 
-def fetch(mm: MessageManager, frame: dict[str, Any]) -> dict[str, Any]:
+def fetch(mm: MMContext, frame: dict[str, Any]) -> dict[str, Any]:
     corr = frame.get("c")
     name = str(frame["p"])
     host = primary_host(mm, name, frame)
@@ -124,7 +119,7 @@ def fetch(mm: MessageManager, frame: dict[str, Any]) -> dict[str, Any]:
         return host
     offset = int(frame["o"])
     start = host.storage.start_offset
-    hw = high_watermark(host)
+    hw = host.storage.high_watermark
     if offset < start:
         err = error_frame(ErrorCode.OFFSET_OUT_OF_RANGE, f"{name}: offset {offset} < log start {start}", corr)
         err.update(start=start, hw=hw)

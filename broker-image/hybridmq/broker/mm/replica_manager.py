@@ -61,7 +61,7 @@ from hybridmq.protocol import Connection
 from hybridmq.protocol.connection import ConnectionClosed
 
 if TYPE_CHECKING:
-    from hybridmq.broker.mm.server import MessageManager
+    from hybridmq.broker.mm.context import MMContext
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +103,7 @@ def visible_backlog(host: PartitionHost) -> int:
     records (cursor snapshots) in between, which take offsets but are no messages."""
     if not host.states:
         return 0
-    end = min(host.storage.visible_end, host.storage.end_offset)
+    end = host.storage.high_watermark
     low = min(s.lw() for s in host.states.values())
     return max(0, end - low - host.storage.control_records_between(low, end))
 
@@ -149,7 +149,7 @@ class Replica:
 class ReplicaManager:
     def __init__(
         self,
-        mm: MessageManager,
+        mm: MMContext,
         liveness: Liveness,
         *,
         lag_time_ms: float = 3000,

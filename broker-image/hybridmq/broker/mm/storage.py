@@ -42,6 +42,12 @@ class PartitionStorage:
         return cls(PartitionLog.open(path, config), cache_bytes)
 
     @property
+    def high_watermark(self) -> int:
+        """What readers (consumers, FETCH, the backlog) see the log end as: the visible end, never
+        past the log's end (a truncation after a failover can take the end below it)."""
+        return min(self.visible_end, self.end_offset)
+
+    @property
     def end_offset(self) -> int:
         return self.log.log_end_offset
 
