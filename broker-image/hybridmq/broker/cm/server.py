@@ -58,7 +58,7 @@ import itertools
 import logging
 import secrets
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -89,9 +89,12 @@ from hybridmq.broker.cm.directory import (
 )
 from hybridmq.broker.cm.markers import publish_marker
 from hybridmq.broker.cm.mm_links import MMLink
+from hybridmq.broker.cm.session import Session, SubEntry
 from hybridmq.broker.destinations.matching import MATCH_KINDS, make_matcher
+from hybridmq.broker.dispatch import Dispatcher, Entry, Mode
 from hybridmq.broker.ids import IdGenerator
 from hybridmq.broker.log_events import LogEventBuffer, log_partition, log_partition_owner
+from hybridmq.broker.routing import Routes, Unroutable
 from hybridmq.broker.transactions.coordinator import TxManager
 from hybridmq.broker.transactions.resolver import resolve_forever
 from hybridmq.protocol import Connection, ProtocolError, RemoteError, read_frame
@@ -127,24 +130,6 @@ class CMConfig:
     namespace: str | None = None  # of users_secret
 
 
-@dataclass(eq=False)
-class Session:
-    id: str
-    user: str
-    client_id: str
-    conn: Connection
-    app: str = ""
-    subs: dict[int, str] = field(default_factory=dict)
-    producers: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass
-class SubEntry:
-    session: Session
-    client_sub: int
-    mm_frame: dict[str, Any]
-
-
 class ConnectionManager:
     def __init__(
         self,
@@ -163,6 +148,7 @@ class ConnectionManager:
         self.ids = IdGenerator(config.name)
         self.tls = BrokerTls(config.tls_dir) if config.tls_dir else None
         self.links: dict[str, MMLink] = {}
+        self.routes = Routes(source, self.links)  # every request about a partition goes by it
         self._retired: set[asyncio.Task[None]] = set()  # links to an MM's old address, stopping
         self._primaries: dict[str, str | None] = {}  # partition -> primary MM, as last seen
         self._epochs: dict[str, int] = {}  # partition -> newest epoch seen (table or delivery)
@@ -182,6 +168,7 @@ class ConnectionManager:
         self.produced_batches = 0
         self.delivered_batches = 0
         self.tx = TxManager(self)  # transacted sessions: this CM is their transaction manager
+        self._dispatch = Dispatcher(self._dispatch_table(), lambda session: session.conn)
         self._tx_task: asyncio.Task[None] | None = None
         self.directory_service = Directory(
             config.name,
@@ -287,14 +274,15 @@ class ConnectionManager:
         while True:
             await asyncio.sleep(0.5)
             events.summarizer.tick()
-            live = sorted(n for n in self.links if self._link_up(n))
+            live = self.routes.live()
             taken = events.take_blob() if live else None
             if taken is None:
                 continue
             mm = live[zlib.crc32(self.config.name.encode()) % len(live)]
-            conn = self.links[mm].conn
-            if conn is None:
+            route = self.routes.to(mm, 0)
+            if route is None:
                 continue
+            conn = route.conn
             fut = conn.request_nowait(
                 {
                     "t": FrameType.PRODUCE,
@@ -466,7 +454,7 @@ class ConnectionManager:
             }
         )
         conn.on_close.append(lambda: self._session_closed(session))
-        await conn.run(lambda f: self._handle(session, f))
+        await conn.run(partial(self._dispatch, session))
 
     async def _refuse(self, conn: Connection, code: ErrorCode, msg: str) -> None:
         try:
@@ -480,46 +468,33 @@ class ConnectionManager:
         self.sessions.pop(session.id, None)
         for key in session.subs.values():
             self.subs.pop(key, None)
-            for link in self.links.values():
-                if link.conn is not None and not link.conn.closed:
-                    link.conn.send_nowait({"t": FrameType.UNSUBSCRIBE, "c": 0, "s": key})
+            for conn in self.routes.open_conns():
+                conn.send_nowait({"t": FrameType.UNSUBSCRIBE, "c": 0, "s": key})
 
-    def _handle(self, session: Session, frame: dict[str, Any]) -> Any:
-        t = frame["t"]
-        try:
-            if t == FrameType.PRODUCE:
-                return self._produce(session, frame)
-            if t in (FrameType.ACK, FrameType.NACK):
-                self._ack(session, frame)
-            elif t == FrameType.OPEN_PRODUCER:
-                self._open_producer(session, frame)
-            elif t == FrameType.SUBSCRIBE:
-                return self._subscribe(session, frame)
-            elif t == FrameType.UNSUBSCRIBE:
-                return self._unsubscribe(session, frame)
-            elif t == FrameType.ADMIN:
-                return self._admin(session, frame)
-            elif t == FrameType.DIRECTORY:
-                return self._directory_request(session, frame)
-            elif t == FrameType.MARKER:
-                return self._marker(session, frame)
-            elif t == FrameType.FETCH:  # read by offset (cm/fetch_route.py)
-                return fetch_route.fetch(self, session, frame)
-            elif t == FrameType.FETCH_META:
-                return fetch_route.fetch_meta(self, session, frame)
-            elif t == FrameType.READER_COMMIT:
-                return fetch_route.reader_commit(self, session, frame)
-            elif t == FrameType.PING:
-                session.conn.reply(frame, {"t": FrameType.PONG})
-            elif t == FrameType.TX_COMMIT:
-                self.tx.spawn(self.tx.commit(session, frame))
-            elif t == FrameType.TX_RESOLVE:
-                self.tx.spawn(self.tx.resolve(session, frame))
-            else:
-                session.conn.reply_error(frame, ErrorCode.INVALID_REQUEST, f"unexpected frame type {t}")
-        except (KeyError, ValueError, TypeError) as exc:
-            session.conn.reply_error(frame, ErrorCode.INVALID_REQUEST, f"bad frame: {exc!r}")
-        return None
+    def _dispatch_table(self) -> dict[int, Entry[Session]]:
+        """How each client frame is handled (``broker/dispatch.py`` says what the modes mean)."""
+        inline, awaited, spawned = Mode.INLINE, Mode.AWAITED, Mode.SPAWNED
+        return {
+            FrameType.PRODUCE: Entry(self._produce, inline),  # returns a drain when the MM link is full
+            FrameType.ACK: Entry(self._ack, inline),
+            FrameType.NACK: Entry(self._ack, inline),
+            FrameType.OPEN_PRODUCER: Entry(self._open_producer, inline),
+            FrameType.PING: Entry(self._ping, inline),
+            FrameType.SUBSCRIBE: Entry(self._subscribe, awaited),
+            FrameType.UNSUBSCRIBE: Entry(self._unsubscribe, awaited),
+            FrameType.ADMIN: Entry(self._admin, awaited),
+            FrameType.DIRECTORY: Entry(self._directory_request, awaited),
+            FrameType.MARKER: Entry(self._marker, awaited),
+            FrameType.FETCH: Entry(partial(fetch_route.fetch, self), awaited),  # read by offset
+            FrameType.FETCH_META: Entry(partial(fetch_route.fetch_meta, self), awaited),
+            FrameType.READER_COMMIT: Entry(partial(fetch_route.reader_commit, self), awaited),
+            FrameType.TX_COMMIT: Entry(self.tx.commit, spawned),  # waits on every partition's MM
+            FrameType.TX_RESOLVE: Entry(self.tx.resolve, spawned),
+        }
+
+    @staticmethod
+    def _ping(session: Session, frame: dict[str, Any]) -> None:
+        session.conn.reply(frame, {"t": FrameType.PONG})
 
     # -- produce ---------------------------------------------------------------------------------
     def _open_producer(self, session: Session, frame: dict[str, Any]) -> None:
@@ -540,7 +515,7 @@ class ConnectionManager:
                 key_bytes = key if isinstance(key, bytes) else str(key or session.id).encode()
                 name = candidates[zlib.crc32(key_bytes) % len(candidates)].name
             else:
-                live = [a for a in candidates if self._link_up(a.primary)] or candidates
+                live = [a for a in candidates if self.routes.up(a.primary)] or candidates
                 name = live[next(self._rr) % len(live)].name
         producer_id = self.ids.next()
         session.producers[producer_id] = name
@@ -555,10 +530,6 @@ class ConnectionManager:
                 "pid": secrets.randbits(62),
             },
         )
-
-    def _link_up(self, mm: str | None) -> bool:
-        link = self.links.get(mm or "")
-        return link is not None and link.conn is not None and not link.conn.closed
 
     def _produce(self, session: Session, frame: dict[str, Any]) -> Any:
         corr = frame.get("c")
@@ -581,28 +552,27 @@ class ConnectionManager:
                 frame, ErrorCode.ACL_DENIED, f"user {session.user!r} may not produce to {dest!r}"
             )
             return None
-        a = self.source.partitions().get(frame.get("p", ""))
-        if a is None:
-            session.conn.reply_error(frame, ErrorCode.UNKNOWN_PARTITION, f"no partition {frame.get('p')!r}")
-            return None
-        if not a.writable:
+        partition = str(frame.get("p", ""))
+        a = self.source.partitions().get(partition)
+        if a is not None and not a.writable:
             session.conn.reply_error(frame, ErrorCode.PARTITION_NOT_WRITABLE, f"{a.name} takes no writes")
             return None
-        link = self.links.get(a.primary or "")
-        if link is None or link.conn is None or link.conn.closed:
-            session.conn.reply_error(frame, ErrorCode.MM_UNAVAILABLE, f"primary of {a.name} unavailable")
+        try:
+            route = self.routes.primary(partition)
+        except Unroutable as exc:
+            session.conn.reply_error(frame, exc.code, exc.msg)
             return None
         frame["d"] = dest
-        frame["e"] = a.epoch
+        frame["e"] = route.epoch
         try:
-            fut = link.request(a.name, frame)
+            fut = route.link.request(partition, frame)
         except ConnectionClosed:  # the MM went away a moment ago: the producer resends
-            session.conn.reply_error(frame, ErrorCode.MM_UNAVAILABLE, f"primary of {a.name} unavailable")
+            session.conn.reply_error(frame, ErrorCode.MM_UNAVAILABLE, f"primary of {partition} unavailable")
             return None
         fut.add_done_callback(partial(self._produced, session, corr))
         self.produced_batches += 1
-        if link.conn.write_buffer_size > HIGH_WATER:
-            return link.conn.drain()
+        if route.conn.write_buffer_size > HIGH_WATER:
+            return route.conn.drain()
         return None
 
     def _produced(self, session: Session, corr: Any, fut: asyncio.Future[Any]) -> None:
@@ -667,11 +637,7 @@ class ConnectionManager:
         }
         self.subs[key] = SubEntry(session, sub, mm_frame)
         session.subs[sub] = key
-        futs = [
-            link.conn.request(dict(mm_frame), timeout=10)
-            for link in self.links.values()
-            if link.conn is not None and not link.conn.closed
-        ]
+        futs = [conn.request(dict(mm_frame), timeout=10) for conn in self.routes.open_conns()]
         results = await asyncio.gather(*futs, return_exceptions=True)
         errors = [r for r in results if isinstance(r, BaseException)]
         if errors:
@@ -683,9 +649,8 @@ class ConnectionManager:
         if key is not None:
             self.subs.pop(key, None)
             futs = [
-                link.conn.request({"t": FrameType.UNSUBSCRIBE, "s": key}, timeout=10)
-                for link in self.links.values()
-                if link.conn is not None and not link.conn.closed
+                conn.request({"t": FrameType.UNSUBSCRIBE, "s": key}, timeout=10)
+                for conn in self.routes.open_conns()
             ]
             await asyncio.gather(*futs, return_exceptions=True)
         session.conn.reply(frame, {"t": FrameType.OK})
@@ -712,18 +677,18 @@ class ConnectionManager:
         corr = frame.get("c")
         key = session.subs.get(int(frame["s"]))
         target, epoch = self._ack_target(str(frame.get("p", "")), frame.get("e"))
-        link = self.links.get(target or "")
-        if key is None or link is None or link.conn is None or link.conn.closed:
+        route = self.routes.to(target, epoch)
+        if key is None or route is None:
             if corr is not None:
                 session.conn.reply_error(frame, ErrorCode.STALE_DELIVERY, "no subscription or primary for it")
             return
         frame["s"] = key
         frame["e"] = epoch
         if corr is None:
-            link.conn.send_nowait(frame)
+            route.conn.send_nowait(frame)
             return
         try:
-            fut = link.request(str(frame.get("p", "")), frame)
+            fut = route.link.request(str(frame.get("p", "")), frame)
         except ConnectionClosed:
             session.conn.send_nowait(error_frame(ErrorCode.MM_UNAVAILABLE, "the primary went away", corr))
             return
@@ -766,7 +731,7 @@ class ConnectionManager:
             return
         value = frame.get("v") or b""
         ok, failed = await publish_marker(
-            self.source, self.links, dest, str(frame["id"]), value if isinstance(value, bytes) else b""
+            self.source, self.routes, dest, str(frame["id"]), value if isinstance(value, bytes) else b""
         )
         session.conn.reply(frame, {"t": FrameType.OK, "partitions": ok, "failed": failed})
 
@@ -778,7 +743,7 @@ class ConnectionManager:
             "subscriptions": len(self.subs),
             "produced_batches": self.produced_batches,
             "delivered_batches": self.delivered_batches,
-            "mm_links": {n: self._link_up(n) for n in self.links},
+            "mm_links": {n: self.routes.up(n) for n in self.links},
             "applications": self._app_counts(),
             "auth_reloads": self.auth_reloads,
         }
@@ -797,9 +762,8 @@ class ConnectionManager:
             ] or [None]
         elif cmd == "mm-stats":
             futs = [
-                link.conn.request({"t": FrameType.ADMIN, "cmd": "stats"}, timeout=10)
-                for link in self.links.values()
-                if link.conn is not None and not link.conn.closed
+                conn.request({"t": FrameType.ADMIN, "cmd": "stats"}, timeout=10)
+                for conn in self.routes.open_conns()
             ]
             results = await asyncio.gather(*futs, return_exceptions=True)
             parts = [r["parts"][0] if isinstance(r, dict) else {"error": str(r)} for r in results] or [None]

@@ -1,4 +1,4 @@
-"""ACK and NACK frames from a CM (``MessageManager._handle`` hands them here).
+"""ACK and NACK frames from a CM (the MM server's dispatch table hands them here).
 
 An ACK names the delivery (``p``, ``o``: its first offset), the subscription (``s``), the partition
 epoch the CM routed it under (``e``) and, from current clients, the hand-out it acknowledges (``rd``,
@@ -19,10 +19,10 @@ from hybridmq.api.frames import ErrorCode, FrameType
 from hybridmq.protocol import Connection
 
 if TYPE_CHECKING:
-    from hybridmq.broker.mm.server import MessageManager
+    from hybridmq.broker.mm.context import MMContext
 
 
-def handle(mm: MessageManager, conn: Connection, frame: dict[str, Any]) -> None:
+def handle(mm: MMContext, conn: Connection, frame: dict[str, Any]) -> None:
     nack = frame["t"] == FrameType.NACK
     answer = frame.get("c") is not None
     link = mm.links.get((id(conn), frame["s"]))

@@ -19,20 +19,20 @@ import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from hybridmq.broker.mm.server import MessageManager
+    from hybridmq.broker.mm.context import MMContext
 
 log = logging.getLogger(__name__)
 
 POLL_S = 0.02
 
 
-def names_me(mm: MessageManager) -> list[str]:
+def names_me(mm: MMContext) -> list[str]:
     """The partitions whose replicas in the current table still name this MM."""
     me = mm.config.name
     return sorted(name for name, a in mm.source.partitions().items() if me in a.replicas)
 
 
-async def hand_off(mm: MessageManager, timeout_s: float) -> str:
+async def hand_off(mm: MMContext, timeout_s: float) -> str:
     """Ask for this MM's replicas to move and wait for it (bounded); returns how it ended."""
     if timeout_s <= 0 or not mm.liveness.commits_in_sync:
         return "skipped"  # static assignments: nobody to hand over to

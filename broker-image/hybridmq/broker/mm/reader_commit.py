@@ -21,7 +21,7 @@ from hybridmq.broker.mm.partition import CommitError
 from hybridmq.protocol import Connection
 
 if TYPE_CHECKING:
-    from hybridmq.broker.mm.server import MessageManager
+    from hybridmq.broker.mm.context import MMContext
 
 log = logging.getLogger(__name__)
 
@@ -40,13 +40,13 @@ def parse(frame: dict[str, Any]) -> tuple[str, str, int]:
     return name, reader, offset
 
 
-async def handle(mm: MessageManager, conn: Connection, frame: dict[str, Any]) -> None:
+async def handle(mm: MMContext, conn: Connection, frame: dict[str, Any]) -> None:
     reply = await commit(mm, frame)
     if not conn.closed:
         conn.send_nowait(reply)
 
 
-async def commit(mm: MessageManager, frame: dict[str, Any]) -> dict[str, Any]:
+async def commit(mm: MMContext, frame: dict[str, Any]) -> dict[str, Any]:
     corr = frame.get("c")
     try:
         name, reader, offset = parse(frame)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +24,10 @@ from hybridmq.api.frames import LOG_DESTINATION, PROTOCOL_VERSION, ErrorCode, Fr
 from hybridmq.broker.assignment_source import AssignmentSource
 from hybridmq.broker.auth import cluster_secret
 from hybridmq.broker.destinations.delivery import ConsumerLink
+from hybridmq.broker.dispatch import Dispatcher, Entry, Mode
 from hybridmq.broker.log_events import LogEventBuffer
 from hybridmq.broker.mm import acks, fetch_handler, reader_commit
+from hybridmq.broker.mm.config import MMConfig
 from hybridmq.broker.mm.handoff import hand_off
 from hybridmq.broker.mm.internal_log import open_internal_log
 from hybridmq.broker.mm.liveness import Liveness, NoLease
@@ -41,25 +43,6 @@ from hybridmq.protocol.tls import BrokerTls
 
 log = logging.getLogger(__name__)
 PEER_ROLES = frozenset({BrokerRole.CM, BrokerRole.MM})
-
-
-@dataclass
-class MMConfig:
-    name: str
-    host: str = "127.0.0.1"
-    port: int = 7100
-    data_dir: Path = Path("data")
-    fsync: str = "group"
-    group_commit_ms: float = 2.0
-    segment_bytes: int = 64 * 1024 * 1024
-    max_frame: int = 16 * 1024 * 1024
-    max_backlog: int = 1_000_000
-    max_redeliveries: int = 5
-    cluster_secret: str | None = None  # required: MessageManager.start refuses to run without it
-    cache_bytes: int = 16 * 1024 * 1024
-    retention_interval: float = 5.0
-    tls_dir: str | None = None  # certificates (protocol/tls.py): TLS listener, mutual TLS with peers
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class MessageManager:
@@ -85,7 +68,7 @@ class MessageManager:
         )
         self.hosts: dict[str, PartitionHost] = {}
         self.promotion_waits = PromotionWaits()  # produces for partitions this MM is taking over
-        self._requests: set[asyncio.Task[None]] = set()  # requests answered in the background
+        self._dispatch = Dispatcher(self._dispatch_table(), lambda conn: conn)
         self.links: dict[tuple[int, str], ConsumerLink] = {}
         self.conns: set[Connection] = set()
         self._wake = asyncio.Event()
@@ -246,7 +229,7 @@ class MessageManager:
         )
         self.conns.add(conn)
         conn.on_close.append(lambda: self._closed(conn))
-        await conn.run(lambda f: self._handle(conn, f))
+        await conn.run(partial(self._dispatch, conn))
 
     def _check_hello(self, hello: dict[str, Any] | None) -> tuple[ErrorCode, str] | None:
         if hello is None or hello.get("t") != FrameType.HELLO:
@@ -279,51 +262,52 @@ class MessageManager:
                 host.detach(link)
         self.wake()
 
-    def _handle(self, conn: Connection, frame: dict[str, Any]) -> None:
-        t = frame["t"]
-        if t in REPLICA_FRAMES:
-            self.replica_manager.handle(conn, frame)
+    def _dispatch_table(self) -> dict[int, Entry[Connection]]:
+        """How each frame from a CM or a peer MM is handled (``broker/dispatch.py``: the modes)."""
+        inline, spawned = Mode.INLINE, Mode.SPAWNED
+        table: dict[int, Entry[Connection]] = {
+            FrameType.PRODUCE: Entry(self._produce, inline),  # queued for the partition's group commit
+            FrameType.ACK: Entry(partial(acks.handle, self), inline),
+            FrameType.NACK: Entry(partial(acks.handle, self), inline),
+            FrameType.SUBSCRIBE: Entry(self._subscribe, inline),
+            FrameType.UNSUBSCRIBE: Entry(self._unsubscribe, inline),
+            FrameType.PING: Entry(self._ping, inline),
+            FrameType.FETCH: Entry(partial(fetch_handler.handle, self), inline),  # read by offset
+            FrameType.FETCH_META: Entry(partial(fetch_handler.handle, self), inline),
+            FrameType.ADMIN: Entry(self._admin, inline),
+            # These wait for replication: the link keeps reading produces meanwhile.
+            FrameType.READER_COMMIT: Entry(partial(reader_commit.handle, self), spawned),
+        }
+        for t in TX_FRAMES:
+            table[t] = Entry(partial(tx_handler.handle, self), spawned)
+        for t in REPLICA_FRAMES:  # served from the replica manager's own tasks
+            table[t] = Entry(self.replica_manager.handle, inline)
+        return table
+
+    def _produce(self, conn: Connection, frame: dict[str, Any]) -> None:
+        name = str(frame.get("p", ""))
+        host = self.hosts.get(name)
+        if self._taking_over(name, host, frame) and self.promotion_waits.hold(name, conn, frame):
             return
-        try:
-            if t == FrameType.PRODUCE:
-                name = str(frame.get("p", ""))
-                host = self.hosts.get(name)
-                if self._taking_over(name, host, frame) and self.promotion_waits.hold(name, conn, frame):
-                    return
-                if host is None:
-                    conn.reply_error(frame, ErrorCode.NOT_PRIMARY, f"{self.config.name} hosts no {name}")
-                    return
-                host.enqueue_produce(conn, frame)
-            elif t in (FrameType.ACK, FrameType.NACK):
-                acks.handle(self, conn, frame)
-            elif t == FrameType.SUBSCRIBE:
-                self._subscribe(conn, frame)
-            elif t == FrameType.UNSUBSCRIBE:
-                link = self.links.pop((id(conn), frame["s"]), None)
-                if link is not None:
-                    for host in self.hosts.values():
-                        host.detach(link)
-                conn.reply(frame, {"t": FrameType.OK})
-                self.wake()
-            elif t == FrameType.PING:
-                conn.reply(frame, {"t": FrameType.PONG})
-            elif t in (FrameType.FETCH, FrameType.FETCH_META):  # read by offset
-                fetch_handler.handle(self, conn, frame)
-            elif t == FrameType.READER_COMMIT:
-                # Waits for replication: answered from a task so the link keeps reading produces.
-                task = asyncio.create_task(reader_commit.handle(self, conn, frame))
-                self._requests.add(task)
-                task.add_done_callback(self._requests.discard)
-            elif t in TX_FRAMES:  # transactions wait for replication too
-                task = asyncio.create_task(tx_handler.handle(self, conn, frame))
-                self._requests.add(task)
-                task.add_done_callback(self._requests.discard)
-            elif t == FrameType.ADMIN:
-                conn.reply(frame, {"t": FrameType.ADMIN_PART, "i": 0, "of": 1, "data": self.stats()})
-            else:
-                conn.reply_error(frame, ErrorCode.INVALID_REQUEST, f"unexpected frame type {t}")
-        except (KeyError, ValueError, TypeError) as exc:
-            conn.reply_error(frame, ErrorCode.INVALID_REQUEST, f"bad frame: {exc}")
+        if host is None:
+            conn.reply_error(frame, ErrorCode.NOT_PRIMARY, f"{self.config.name} hosts no {name}")
+            return
+        host.enqueue_produce(conn, frame)
+
+    def _unsubscribe(self, conn: Connection, frame: dict[str, Any]) -> None:
+        link = self.links.pop((id(conn), frame["s"]), None)
+        if link is not None:
+            for host in self.hosts.values():
+                host.detach(link)
+        conn.reply(frame, {"t": FrameType.OK})
+        self.wake()
+
+    @staticmethod
+    def _ping(conn: Connection, frame: dict[str, Any]) -> None:
+        conn.reply(frame, {"t": FrameType.PONG})
+
+    def _admin(self, conn: Connection, frame: dict[str, Any]) -> None:
+        conn.reply(frame, {"t": FrameType.ADMIN_PART, "i": 0, "of": 1, "data": self.stats()})
 
     def _subscribe(self, conn: Connection, frame: dict[str, Any]) -> None:
         key = str(frame["s"])

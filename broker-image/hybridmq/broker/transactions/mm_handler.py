@@ -1,4 +1,4 @@
-"""The MM's transaction frames from a CM (``MessageManager._handle`` hands them here, each in a
+"""The MM's transaction frames from a CM (the MM server's dispatch table hands them here, each in a
 task of its own: they wait for replication while the link keeps reading)."""
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ from hybridmq.broker.transactions.participant import TxRefused
 from hybridmq.protocol import Connection
 
 if TYPE_CHECKING:
-    from hybridmq.broker.mm.server import MessageManager
+    from hybridmq.broker.mm.context import MMContext
 
 TX_FRAMES = frozenset({FrameType.TX_PREPARE, FrameType.TX_DECIDE, FrameType.TX_END, FrameType.TX_INDOUBT})
 
 
-async def handle(mm: MessageManager, conn: Connection, frame: dict[str, Any]) -> None:
+async def handle(mm: MMContext, conn: Connection, frame: dict[str, Any]) -> None:
     t = frame["t"]
     try:
         if t == FrameType.TX_INDOUBT:

@@ -17,12 +17,12 @@ from hybridmq.api.frames import FrameType
 from hybridmq.broker.transactions.coordinator import TX_TIMEOUT_S, TxFailed, TxManager
 
 if TYPE_CHECKING:
-    from hybridmq.broker.cm.server import ConnectionManager
+    from hybridmq.broker.cm.context import CMContext
 
 log = logging.getLogger(__name__)
 
 
-async def resolve_forever(cm: ConnectionManager, manager: TxManager, every_s: float = 1.0) -> None:
+async def resolve_forever(cm: CMContext, manager: TxManager, every_s: float = 1.0) -> None:
     while True:
         await asyncio.sleep(every_s)
         try:
@@ -31,7 +31,7 @@ async def resolve_forever(cm: ConnectionManager, manager: TxManager, every_s: fl
             log.exception("resolving prepared transactions failed")
 
 
-async def resolve_once(cm: ConnectionManager, manager: TxManager) -> int:
+async def resolve_once(cm: CMContext, manager: TxManager) -> int:
     """Resolve what the MMs report in doubt now; how many were resolved."""
     found: dict[tuple[str, str], str] = {}  # (txid, partition) -> coordinator partition
     for link in list(cm.links.values()):
