@@ -13,6 +13,12 @@ a consumer in another process. The rate is messages / (first send -> last messag
     .venv/bin/python bench/throughput.py --awaited [--messages 200000] [--in-flight 1000]
     .venv/bin/python bench/throughput.py --tls [--rounds 2] [--awaited]
 
+``--baseline-src DIR`` compares the brokers of this tree with those of another checkout (e.g.
+``git worktree add /tmp/before <commit>``) in the same run: rounds alternate, the CM and MM of every
+other round run from ``DIR/broker-image`` (the client, in this process or its own, stays this
+tree's), and the line ends with ``new_old_ratio=`` (msgs/s here over the baseline, medians) and
+``new_old_cpu_ratio`` (the baseline's CPU per message over this tree's: above 1, cheaper now).
+
 ``--tls`` measures plain TCP and TLS (``LocalCluster(tls=True)``: client -> CM and CM -> MM on TLS)
 in the same run, alternating ``--rounds`` times, and ends with ``tls_ratio=`` (TLS msgs/s over
 plain, the medians of the rounds); ``tls_cpu_ratio`` compares the CPU per message of the CM, the MM
@@ -23,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import statistics
@@ -31,6 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from ssl import SSLContext
 
@@ -164,8 +172,26 @@ def run_awaited(bootstrap: str, args: argparse.Namespace, ca_file: Path | None =
     }
 
 
-def measure(args: argparse.Namespace, tls: bool) -> dict[str, float]:
-    """One cluster (1 CM + 1 MM), plain or TLS, and one measurement on it."""
+@contextlib.contextmanager
+def brokers_from(src: Path | None) -> Iterator[None]:
+    """Broker processes started meanwhile import ``hybridmq`` from ``src`` (None: this tree)."""
+    if src is None:
+        yield
+        return
+    before = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = str(src / "broker-image")
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = before
+
+
+def measure(args: argparse.Namespace, tls: bool, broker_src: Path | None = None) -> dict[str, float]:
+    """One cluster (1 CM + 1 MM), plain or TLS, and one measurement on it; ``broker_src``: the
+    brokers run from another checkout."""
     with tempfile.TemporaryDirectory(prefix="hmq-bench-") as tmp:
         cluster = LocalCluster(
             Path(tmp),
@@ -176,7 +202,10 @@ def measure(args: argparse.Namespace, tls: bool) -> dict[str, float]:
             mm_args=["--max-backlog", str(args.max_backlog)],
             tls=tls,
         )
-        with cluster:
+        with brokers_from(broker_src):
+            cluster.start()
+        with contextlib.ExitStack() as running:
+            running.callback(cluster.stop)
             brokers = [psutil.Process(p.pid) for p in cluster.procs.values()]
             cpu_before = sum(sum(b.cpu_times()[:2]) for b in brokers) + time.process_time()
             prof = None
@@ -227,7 +256,12 @@ def main() -> None:
     ap.add_argument("--awaited", action="store_true", help="each message sent with `await send()`")
     ap.add_argument("--in-flight", type=int, default=1_000, help="--awaited: concurrent awaited sends")
     ap.add_argument("--tls", action="store_true", help="plain TCP and TLS in the same run: tls_ratio=")
-    ap.add_argument("--rounds", type=int, default=2, help="--tls: plain/TLS measurements, alternating")
+    ap.add_argument("--rounds", type=int, default=2, help="--tls, --baseline-src: measurements of each")
+    ap.add_argument(
+        "--baseline-src",
+        type=Path,
+        help="a checkout whose brokers to compare with, alternating: new_old_ratio=",
+    )
     ap.add_argument("--role", choices=["producer", "consumer"], help=argparse.SUPPRESS)
     ap.add_argument("--bootstrap", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -262,15 +296,38 @@ def main() -> None:
             "plain_runs": [r["msgs_per_s"] for r in rounds[False]],
             "tls_runs": [r["msgs_per_s"] for r in rounds[True]],
         }
+    elif args.baseline_src:
+        src = args.baseline_src.resolve()
+        if not (src / "broker-image" / "hybridmq").is_dir():
+            ap.error(f"--baseline-src {src}: no broker-image/hybridmq there (give a checkout's root)")
+        both: dict[bool, list[dict[str, float]]] = {False: [], True: []}  # True: this tree
+        for _ in range(args.rounds):
+            for new in (False, True):
+                both[new].append(measure(args, False, None if new else src))
+        result = {
+            "old_msgs_per_s": statistics.median(r["msgs_per_s"] for r in both[False]),
+            "new_msgs_per_s": statistics.median(r["msgs_per_s"] for r in both[True]),
+            "old_cpu_us_per_msg": statistics.median(r["cpu_us_per_msg"] for r in both[False]),
+            "new_cpu_us_per_msg": statistics.median(r["cpu_us_per_msg"] for r in both[True]),
+        }
+        result["new_old_cpu_ratio"] = result["old_cpu_us_per_msg"] / result["new_cpu_us_per_msg"]
+        result["new_old_ratio"] = result["new_msgs_per_s"] / result["old_msgs_per_s"]
+        runs = {
+            "old_runs": [r["msgs_per_s"] for r in both[False]],
+            "new_runs": [r["msgs_per_s"] for r in both[True]],
+        }
     else:
         result = measure(args, False)
         runs = {}
-    # tls_ratio last: the line ends with it.
-    order = sorted(result, key=lambda k: k == "tls_ratio")
+    # the ratio last: the line ends with it.
+    order = sorted(result, key=lambda k: k in ("tls_ratio", "new_old_ratio"))
     _results.append(
         "throughput",
         {
-            "bench": ("throughput-awaited" if args.awaited else "throughput") + ("-tls" if args.tls else ""),
+            "bench": ("throughput-awaited" if args.awaited else "throughput")
+            + ("-tls" if args.tls else "")
+            + ("-vs-baseline" if args.baseline_src else ""),
+            **({"baseline_src": str(args.baseline_src)} if args.baseline_src else {}),
             "messages": args.messages,
             "size": args.size,
             "linger_ms": args.linger_ms,
