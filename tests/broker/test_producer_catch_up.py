@@ -14,6 +14,7 @@ import signal
 import statistics
 from pathlib import Path
 
+import pytest
 from failover_workload import until
 
 from hybridmq.client import Producer
@@ -25,6 +26,9 @@ RATE = 100.0  # messages a second
 MAX_MEDIAN_MS = 100.0
 
 
+# Its latency bound holds against a quiet baseline: not beside other tests (beside the image and
+# kind builds of a run without caches the median was 116 ms two seconds after the failover).
+@pytest.mark.solo
 async def test_steady_producer_latency_recovers_after_a_failover(tmp_path: Path) -> None:
     cluster = LocalCluster(tmp_path, mms=3, replicas=2, fixed=1, on_demand_per_mm=0)
     with cluster:
