@@ -70,7 +70,3 @@ class Dispatcher(Generic[C]):
         task = asyncio.get_running_loop().create_task(coro)
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
-
-    def cancel(self) -> None:
-        for task in list(self.tasks):
-            task.cancel()
