@@ -135,3 +135,51 @@ async def produce_n(p: Producer, n: int) -> None:
         futs.append(asyncio.ensure_future(p.send("topic:fo.hung", f"h-{j}".encode(), key="h")))
         await asyncio.sleep(0.005)
     await asyncio.gather(*futs)
+
+
+@pytest.mark.parametrize("dest", ["topic:fo.nack", "queue:fo.nack"])
+async def test_a_message_given_back_after_a_failover_comes_again(cms3: LocalCluster, dest: str) -> None:
+    """After its CM died the consumer drops the repeats of what it had handed out; a message the
+    application gives back after that (NACK) must come again, not be taken for such a repeat."""
+    rr = make_strategy(cms3.bootstraps, "round-robin")
+    durable = "nackback" if dest.startswith("topic:") else None
+    consumer = await Consumer.connect(cms3.bootstraps, dest, durable=durable, auto_ack=False, strategy=rr)
+    producer = await Producer.connect(cms3.bootstraps, strategy=rr, partition_type="fixed", key="n")
+    sent = [f"n-{j}" for j in range(20)]
+    await asyncio.gather(*(producer.send(dest, v.encode(), key="n") for v in sent))
+    before = [await consumer.receive(timeout=10) for _ in range(5)]
+    for m in before:
+        consumer.ack(m)
+    await consumer.commit()
+    victim = consumer.node
+    cms3.kill_cm(victim)
+    try:
+        await wait_moved(consumer, victim, time.monotonic())
+        handed: list[tuple[str, bool]] = []  # (value, flagged redelivered) as the application got them
+        nacked: str | None = None
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            values = [v for v, _ in handed]
+            if nacked is not None and values.count(nacked) == 2 and set(values) >= set(sent[5:]):
+                break
+            try:
+                m = await consumer.receive(timeout=0.5)
+            except TimeoutError:
+                continue
+            assert isinstance(m, Message)
+            handed.append((m.value.decode(), m.redelivered))
+            if nacked is None:
+                nacked = m.value.decode()
+                consumer.nack(m)
+            else:
+                consumer.ack(m)
+        await consumer.commit()
+    finally:
+        cms3.start_cm(victim)
+    values = [v for v, _ in handed]
+    assert nacked is not None and values.count(nacked) == 2, f"what was given back never came again: {handed}"
+    assert (nacked, True) in handed  # its second coming is flagged
+    assert sorted(set(values)) == sorted(sent[5:])
+    assert len(values) == len(sent) - 5 + 1  # nothing else twice
+    await producer.close()
+    await consumer.close()

@@ -11,7 +11,6 @@ from hybridmq.client.affinity import MARKER_HEADER
 from hybridmq.client.affinity_group import Leases, adopter
 from hybridmq.client.directory import make_strategy
 from hybridmq.client.distribution import Centralized, RoundRobin
-from hybridmq.client.redelivery import SeenIds
 
 
 def cm(name: str, ready: bool = True) -> BrokerEntry:
@@ -74,13 +73,6 @@ def test_leases_and_adopter() -> None:
     assert adopter("x", ["p", "q", "r"]) == adopter("x", ["r", "q", "p"])
     with pytest.raises(ValueError):
         adopter("x", ["x"])
-
-
-def test_seen_ids_is_bounded() -> None:
-    seen = SeenIds(2)
-    for i in range(3):
-        seen.add(("p", i))
-    assert ("p", 0) not in seen and ("p", 2) in seen
 
 
 def test_strategy_by_configuration(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,6 +1,8 @@
 """Deliveries wait in the MM's outbox until the control records counting them are committed. A
 delivery given back while it waited (a failed round gave its whole stream back) must not be sent:
-a consumer reading a streamed message would get a chunk after a gap.
+a consumer reading a streamed message would get a chunk after a gap. And a failed round must not
+let what was handed out while it ran overtake its own deliveries: a topic's subscriber reads in
+offset order (and a consumer that failed over drops what it already handed to its application).
 
 The round that fails is made deterministic with a control commit that blocks and then fails, as a
 replication commit does when a backup froze (the in-sync replicas never confirm in time).
@@ -12,6 +14,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import msgpack
 import pytest
 from host_wire import Wire, until
 
@@ -56,9 +59,8 @@ def _contiguous(deliveries: list[dict[str, Any]]) -> list[int]:
     return order
 
 
-async def test_a_chunk_given_back_while_its_round_waits_is_not_sent(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[PartitionHost, ControlRounds]:
+    """A started partition host without backups whose control rounds ``ControlRounds`` decides."""
     storage = PartitionStorage.open(tmp_path / "p", LogConfig(fsync="never"))
     leader = PartitionPrimary(
         storage.log, partition="p", replica_id="mm-0", epoch=0, replicas=("mm-0",), min_in_sync=1
@@ -67,6 +69,13 @@ async def test_a_chunk_given_back_while_its_round_waits_is_not_sent(
     rounds = ControlRounds()
     monkeypatch.setattr(host, "commit_control", rounds)
     host.start()
+    return host, rounds
+
+
+async def test_a_chunk_given_back_while_its_round_waits_is_not_sent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    host, rounds = _host(tmp_path, monkeypatch)
     producer = Wire()
     try:
         for seq in range(CHUNKS):
@@ -112,4 +121,36 @@ async def test_a_chunk_given_back_while_its_round_waits_is_not_sent(
         assert redelivered and int(redelivered[0]["xa"]["seq"]) == 0, "given back: again from chunk 0"
     finally:
         await host.stop()
-        storage.close()
+        host.storage.close()
+
+
+async def test_a_failed_round_keeps_a_topic_in_offset_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    host, rounds = _host(tmp_path, monkeypatch)
+    producer = Wire()
+    consumer = Wire()
+    link = ConsumerLink(consumer, "c1", window=100, window_bytes=1 << 20)
+
+    async def produce(value: int) -> None:
+        frame = {"t": FrameType.PRODUCE, "c": value, "d": "topic:t", "n": 1, "b": msgpack.packb([[value]])}
+        host.enqueue_produce(producer, frame)
+        await until(lambda: any(f.get("r") == value for f in producer.frames), f"produce ack {value}")
+
+    try:
+        host.attach(link, "topic:t", "exact", "sub")
+        await produce(0)
+        rounds.block_next = True
+        host.pump()  # record 0 waits in a round that will fail
+        await until(rounds.entered.is_set, "the round of record 0 waits")
+        await produce(1)
+        host.pump()  # record 1 is handed out while that round runs
+        rounds.release.set()
+        for _ in range(30):
+            host.pump()
+            await asyncio.sleep(0.02)
+        values = [msgpack.unpackb(f["b"])[0][0] for f in consumer.deliveries()]
+        assert values == [0, 1], f"a topic's deliveries came out of offset order (or not at all): {values}"
+    finally:
+        await host.stop()
+        host.storage.close()

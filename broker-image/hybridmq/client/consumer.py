@@ -133,7 +133,7 @@ class Consumer(SessionClient):
         self.error: BaseException | None = None
         self._revoked: dict[str, int] = {}  # partition -> epoch its older deliveries are void below
         # What the application got; after a reconnection its redeliveries are dropped (and acked).
-        self._handed = HandedOut(not str(subscribe["d"]).startswith("queue:"), seen_ids)
+        self._handed = HandedOut(seen_ids)
         self._drop_handed = False
         self.duplicates_dropped = 0
         session.attach(self)
@@ -375,6 +375,7 @@ class Consumer(SessionClient):
         ``requeue=False`` rejected for good: a queue moves it to ``queue:_DMQ`` (a topic's durable
         subscription redelivers it). A rejection's future is confirmed like an acknowledgement."""
         k = (message.partition, message.offset, message.delivery_count - 1)
+        self._handed.discard(message.partition, message.offset)  # its redelivery is for the application
         delivery = self._unacked.pop(k, None)
         if delivery is None:
             return None

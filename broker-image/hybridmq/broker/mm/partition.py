@@ -165,7 +165,7 @@ class PartitionHost:
         self.retention_interval = 5.0
         # Waiting for the control committer: deliveries (sent once their records are committed),
         # Redelivery records, and acknowledgements to answer.
-        self._outbox: list[tuple[DeliveryState, ConsumerLink, dict[str, Any]]] = []
+        self._outbox: list[Outgoing] = []
         self._redeliveries: list[ControlRecord] = []
         self._ack_replies: list[tuple[Any, dict[str, Any]]] = []
         self._committing: list[tuple[Any, dict[str, Any]]] = []  # replies of the round in progress
@@ -927,7 +927,11 @@ class PartitionHost:
                 if code is None:
                     log.exception("committing cursors failed on %s", self.name)
                 # Never sent: back to be handed out again, uncounted (a consumer never had them).
-                for state, link, frame in outbox:
+                # So is what was handed out while the round ran: sent by the next round, it would
+                # overtake these, and a topic's subscriber reads in offset order.
+                later, self._outbox = self._outbox, []
+                self._forget_redeliveries(later)
+                for state, link, frame in outbox + later:
                     state.withdraw(frame["o"], int(frame["n"]), link, int(frame.get("rd", 0)) + 1)
                 self._committing = []
                 _refuse(replies, code or ErrorCode.INTERNAL, f"not committed: {exc}")
@@ -949,6 +953,15 @@ class PartitionHost:
             ]:
                 _send(conn, frame)
             self._wake()
+
+    def _forget_redeliveries(self, withdrawn: list[Outgoing]) -> None:
+        """The delivery counts of withdrawn hand-outs not written yet are not written at all."""
+        gone = {(state.key, f["o"], int(f.get("rd", 0)) + 1) for state, _, f in withdrawn}
+        self._redeliveries = [
+            r
+            for r in self._redeliveries
+            if not isinstance(r, Redelivery) or (r.subscription, r.offset, r.attempt) not in gone
+        ]
 
     async def _until_writable(self) -> None:
         """Wait for the lease to be valid again (or the host to stop). Polled: validity is a
@@ -979,6 +992,9 @@ class PartitionHost:
                 self._check_space()
                 if not self.blocked:
                     self._produce_ready.set()
+
+
+Outgoing = tuple[DeliveryState, ConsumerLink, dict[str, Any]]  # a delivery waiting for its round
 
 
 def _put_back(state: DeliveryState, first: int, last: int, again: bool) -> None:
