@@ -5,9 +5,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from hybridmq.api.frames import FrameType
+from hybridmq.broker.log.config import LogConfig
+from hybridmq.broker.mm.partition import PartitionHost
+from hybridmq.broker.mm.storage import PartitionStorage
+from hybridmq.broker.replication import PartitionPrimary
 
 
 class Wire:
@@ -34,3 +39,12 @@ async def until(predicate: Callable[[], object], what: str, timeout_s: float = 5
             return
         await asyncio.sleep(0.01)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+def partition_host(tmp_path: Path) -> PartitionHost:
+    """A partition host without backups, not started (its storage closes with ``storage.close``)."""
+    storage = PartitionStorage.open(tmp_path / "p", LogConfig(fsync="never"))
+    leader = PartitionPrimary(
+        storage.log, partition="p", replica_id="mm-0", epoch=0, replicas=("mm-0",), min_in_sync=1
+    )
+    return PartitionHost("p", storage, leader)

@@ -16,14 +16,11 @@ from typing import Any
 
 import msgpack
 import pytest
-from host_wire import Wire, until
+from host_wire import Wire, partition_host, until
 
 from hybridmq.api.frames import BatchFlag, ErrorCode, FrameType
 from hybridmq.broker.destinations.delivery import ConsumerLink
-from hybridmq.broker.log.config import LogConfig
 from hybridmq.broker.mm.partition import CommitError, PartitionHost
-from hybridmq.broker.mm.storage import PartitionStorage
-from hybridmq.broker.replication import PartitionPrimary
 
 QUEUE = "queue:streams"
 CHUNKS = 4
@@ -61,11 +58,7 @@ def _contiguous(deliveries: list[dict[str, Any]]) -> list[int]:
 
 def _host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[PartitionHost, ControlRounds]:
     """A started partition host without backups whose control rounds ``ControlRounds`` decides."""
-    storage = PartitionStorage.open(tmp_path / "p", LogConfig(fsync="never"))
-    leader = PartitionPrimary(
-        storage.log, partition="p", replica_id="mm-0", epoch=0, replicas=("mm-0",), min_in_sync=1
-    )
-    host = PartitionHost("p", storage, leader)
+    host = partition_host(tmp_path)
     rounds = ControlRounds()
     monkeypatch.setattr(host, "commit_control", rounds)
     host.start()

@@ -753,6 +753,10 @@ class PartitionHost:
             if run is not None:
                 first, last = run
                 batch = self.storage.batch_at(first)
+                if batch is None and self.storage.start_offset <= first < self.storage.end_offset:
+                    # Not visible (yet): it waits; taken for deleted it would be acknowledged unseen.
+                    heapq.heappush(state.redeliver, run)
+                    return None
                 if batch is None or batch.base > first:  # deleted meanwhile
                     gone = last if batch is None else min(last, batch.base - 1)
                     state.mark_acked(first, gone)

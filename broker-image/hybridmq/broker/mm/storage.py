@@ -118,9 +118,13 @@ class PartitionStorage:
             self._cached_bytes -= old.size
 
     def batch_at(self, offset: int) -> StoredBatch | None:
-        """The first visible batch whose records reach past ``offset`` (None at the visible end)."""
-        if offset >= self.visible_end:
-            return None
+        """The first visible batch whose records reach past ``offset`` (None at the visible end);
+        control batches may be passed over (the cache holds data batches only)."""
+        batch = self._batch_reaching_past(offset) if offset < self.visible_end else None
+        # The batch after a control record may be appended but not committed yet: not visible.
+        return batch if batch is not None and batch.next_offset <= self.visible_end else None
+
+    def _batch_reaching_past(self, offset: int) -> StoredBatch | None:
         bases = self._bases
         if bases and offset >= bases[0]:
             i = bisect.bisect_right(bases, offset) - 1
