@@ -250,10 +250,12 @@ def test_statefulset_gets_bound_pvc_and_data_survives_restarts(
 
     # a new pod (deleted, recreated by the StatefulSet) mounts the same claim
     old_uid = pod["metadata"]["uid"]
-    local_cluster.kubectl("delete", "pod", "store-0", "-n", ns, timeout=30)
+    # Not waiting inside kubectl (30 s) for the old pod to go: the new pod Ready is the event
+    # that counts, and its wait includes the old one's graceful stop on a loaded machine.
+    local_cluster.kubectl("delete", "pod", "store-0", "-n", ns, "--wait=false", timeout=30)
     wait_for(
         lambda: [p for p in ready_pods(local_cluster, ns, app="store") if p["metadata"]["uid"] != old_uid],
-        60,
+        90,
         "a new store-0 to be Ready",
     )
     wait_for(lambda: host_file.read_text() == "3", 10, "count 3 in the new pod")
