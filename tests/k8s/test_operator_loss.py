@@ -151,8 +151,7 @@ def test_mm_restarted_while_the_operator_is_down_does_not_keep_primary_at_the_sa
         after = wait_for(next_epoch, 30, f"{name} at a new epoch after {victim} restarted")
     except AssertionError:
         raise AssertionError(f"{name} still {fixed(kube)[name]}\n{op.log_text()[-3000:]}") from None
-    assert after["epoch"] == before["epoch"] + 1, after
-    # The restarted MM lost what it held in memory: if it leads again, it is at the new epoch only.
+    # The restarted MM lost what it held in memory: if it leads again, it is at a new epoch only.
     wait_for(
         lambda: (
             {("FailedOver", name), ("PartitionOffline", name)}
@@ -161,3 +160,14 @@ def test_mm_restarted_while_the_operator_is_down_does_not_keep_primary_at_the_sa
         30,
         f"an Event of {name}'s failover",
     )
+    if after["epoch"] > before["epoch"] + 1:
+        # One failover, then a balancing move as soon as the restarted MM was in sync again (it
+        # led nothing): quick on an idle partition. Never a second failover.
+        wait_for(
+            lambda: (
+                ("PrimaryBalanced", name)
+                in {(e.reason, e.involved_object.name) for e in kube.events("Partition")}
+            ),
+            30,
+            f"{name} at epoch {after['epoch']} (from {before['epoch']}): a PrimaryBalanced Event",
+        )
