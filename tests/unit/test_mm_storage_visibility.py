@@ -12,6 +12,7 @@ import asyncio
 from pathlib import Path
 
 import msgpack
+import pytest
 from host_wire import Wire, partition_host, until
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -29,9 +30,9 @@ steps = st.lists(st.one_of(st.integers(1, 3), st.just("control")), min_size=1, m
 @settings(max_examples=60, deadline=None)
 @given(steps=steps, visible_batches=st.integers(0, 12), cache_bytes=st.sampled_from([1, 1 << 20]))
 def test_batch_at_answers_only_with_visible_batches(
-    tmp_path_factory: object, steps: list[int | str], visible_batches: int, cache_bytes: int
+    tmp_path_factory: pytest.TempPathFactory, steps: list[int | str], visible_batches: int, cache_bytes: int
 ) -> None:
-    path = Path(tmp_path_factory.mktemp("p"))  # type: ignore[attr-defined]
+    path = tmp_path_factory.mktemp("p")
     storage = PartitionStorage.open(path, LogConfig(fsync="never"), cache_bytes=cache_bytes)
     try:
         appended: list[tuple[int, int, bool]] = []  # (base, next offset, control)
