@@ -84,14 +84,12 @@ fmt: $(STAMP)
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
-# The suite in TEST_WORKERS pytest-xdist workers (0: in this one process, about 42 min, the default
-# while the parallel runs are not green every time). TEST_WORKERS=4 takes 18-20 min on the 2 cores
-# (most tests wait on brokers, leases and pods, and four overlap their waits), but at load average
-# 12-18 one run in two still fails a test that is sensitive to load. Tests that share a control
-# plane stay together in one worker, and so do the images, kind and Spark, which must not run side by
-# side (tests/suite_schedule.py). Then the `solo` tests, alone: they compare latencies with a quiet
-# baseline, which other tests' load makes a coin toss.
-TEST_WORKERS ?= 0
+# The suite in TEST_WORKERS pytest-xdist workers (default 4: 21-25 min on the 2 cores, as most tests
+# wait on brokers, leases and pods and four overlap their waits; 0 runs it in this one process, about
+# 42 min). Tests that share a control plane stay together in one worker, and so do the images, kind
+# and Spark, which must not run side by side (tests/suite_schedule.py). Then the `solo` tests, alone:
+# they compare latencies with a quiet baseline, which other tests' load makes a coin toss.
+TEST_WORKERS ?= 4
 test: setup
 	HYBRIDMQ_TESTS_RECORD=main $(VENV)/bin/pytest -n $(TEST_WORKERS) --dist loadgroup -m "not solo" \
 	  -ra --durations=20 tests
