@@ -14,6 +14,7 @@ import signal
 import time
 from pathlib import Path
 
+from hybridmq.broker.destinations.batch_payload import pack_payload
 from hybridmq.broker.log.config import LogConfig
 from hybridmq.broker.mm.storage import PartitionStorage
 from hybridmq.local.runner import LocalCluster
@@ -25,7 +26,7 @@ BATCHES = 100_000  # seconds of reading back on this machine (~25 MB)
 def _long_log(directory: Path) -> int:
     storage = PartitionStorage.open(directory, LogConfig(fsync="never"))
     for i in range(BATCHES):
-        storage.append("queue:long", 1, i.to_bytes(4, "big") * 50, epoch=0)
+        storage.log.append(pack_payload("queue:long", 0, 0, None, i.to_bytes(4, "big") * 50), 1, 0)
     end = storage.end_offset
     storage.close()
     return end

@@ -14,7 +14,7 @@ import asyncio
 from pathlib import Path
 
 import msgpack
-from host_wire import Wire
+from host_wire import Wire, store
 
 from hybridmq.api.frames import DMQ_DESTINATION, BatchFlag, FrameType
 from hybridmq.broker.destinations.delivery import ConsumerLink
@@ -34,10 +34,10 @@ async def _deliveries_after_promotion(tmp_path: Path, moved_from: str) -> tuple[
     """Values the queue's consumer and the _DMQ reader get from a primary promoted over a log that
     holds an expired message m0, a live one m1, and the move of m0 to _DMQ named ``moved_from``."""
     storage = PartitionStorage.open(tmp_path / "p", LogConfig(fsync="never"))
-    storage.append(QUEUE, 1, _records(b"m0"), epoch=0, expiry=1)  # expired long ago
-    storage.append(QUEUE, 1, _records(b"m1"), epoch=0)
+    store(storage, QUEUE, 1, _records(b"m0"), expiry=1)  # expired long ago
+    store(storage, QUEUE, 1, _records(b"m1"))
     extra = {"orig": QUEUE, "reason": "expired", "from": moved_from}
-    storage.append(DMQ_DESTINATION, 1, _records(b"m0"), epoch=0, flags=BatchFlag.DMQ, extra=extra)
+    store(storage, DMQ_DESTINATION, 1, _records(b"m0"), flags=BatchFlag.DMQ, extra=extra)
     leader = PartitionPrimary(
         storage.log, partition="p", replica_id="mm-1", epoch=1, replicas=("mm-1",), min_in_sync=1
     )

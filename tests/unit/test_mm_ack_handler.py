@@ -7,8 +7,11 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from hybridmq.api.frames import ErrorCode, FrameType
+from hybridmq.broker.destinations.delivery import ConsumerLink
 from hybridmq.broker.mm import acks
 from hybridmq.broker.mm.context import MMContext
+from hybridmq.broker.mm.hosted import HostedPartitions, Subscriptions
+from hybridmq.broker.mm.partition import PartitionHost
 
 CONN_ID = 1
 
@@ -53,22 +56,27 @@ class FakeHost:
 
 @dataclass
 class FakeMM:
-    hosts: dict[str, FakeHost] = field(default_factory=lambda: {"p0": FakeHost()})
-    links: dict[tuple[int, str], object] = field(default_factory=dict)
+    """The MM context with real lookups (``HostedPartitions``, ``Subscriptions``) over fakes."""
+
+    host: FakeHost = field(default_factory=FakeHost)
+    hosted: HostedPartitions = field(default_factory=lambda: HostedPartitions("mm-0"))
+    subscriptions: Subscriptions = field(default_factory=Subscriptions)
     woken: int = 0
+
+    def __post_init__(self) -> None:
+        self.hosted.add(cast(PartitionHost, self.host))
 
     def wake(self) -> None:
         self.woken += 1
 
 
 def handle(mm: FakeMM, conn: FakeConn, **frame: Any) -> None:
-    # id(conn) keys the links: the fake connection is registered under its real id
     acks.handle(cast(MMContext, mm), cast(Any, conn), frame)
 
 
 def subscribed(conn: FakeConn) -> FakeMM:
     mm = FakeMM()
-    mm.links[(id(conn), "sub-1")] = object()
+    mm.subscriptions.put(conn, "sub-1", cast(ConsumerLink, object()))
     return mm
 
 
@@ -76,7 +84,7 @@ def test_an_ack_of_an_outstanding_delivery_settles_it_and_wakes_the_mm() -> None
     conn = FakeConn()
     mm = subscribed(conn)
     handle(mm, conn, t=FrameType.ACK, s="sub-1", p="p0", o=10, e=3, rd=0, a=[10, 12], c=7)
-    call = mm.hosts["p0"].calls[0]
+    call = mm.host.calls[0]
     assert (call["start"], call["first"], call["last"], call["attempt"], call["nack"]) == (
         10,
         10,
@@ -92,7 +100,7 @@ def test_a_requeueing_nack_is_answered_at_once() -> None:
     conn = FakeConn()
     mm = subscribed(conn)
     handle(mm, conn, t=FrameType.NACK, s="sub-1", p="p0", o=10, e=3, c=8)
-    assert mm.hosts["p0"].calls[0]["answer"] is None
+    assert mm.host.calls[0]["answer"] is None
     assert conn.replies == [{"t": FrameType.OK, "r": 8}]
 
 
@@ -116,5 +124,5 @@ def test_refusals_say_why() -> None:
         (6, ErrorCode.INVALID_REQUEST),
     ]
     assert "epoch 2 < 3" in conn.errors[2][2] and "not outstanding" in conn.errors[3][2]
-    assert [c["start"] for c in mm.hosts["p0"].calls] == [11, 11]  # only well-formed, current ones
+    assert [c["start"] for c in mm.host.calls] == [11, 11]  # only well-formed, current ones
     assert mm.woken == 0

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from host_wire import store, store_control
+
 from hybridmq.broker.log.config import LogConfig
 from hybridmq.broker.log.control import CursorCommit
 from hybridmq.broker.mm.replica_manager import visible_backlog
@@ -31,9 +33,9 @@ def test_backlog_counts_messages_not_cursor_records(tmp_path: Path) -> None:
     starts = []
     for i in range(20):  # 200 messages in batches of 10, a cursor snapshot after each few batches
         starts.append(storage.end_offset)
-        storage.append("queue:q", 10, b"x" * 10, epoch=0)
+        store(storage, "queue:q", 10, b"x" * 10)
         if i % 3 == 2:
-            storage.append_control([CursorCommit(subscription="q:queue:q", offset=0)], epoch=0)
+            store_control(storage, [CursorCommit(subscription="q:queue:q", offset=0)])
     storage.visible_end = storage.end_offset
     assert storage.end_offset > 200  # offsets count the control records too
     host = Host(storage, {"q:queue:q": Cursor(0)})

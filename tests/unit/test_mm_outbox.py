@@ -20,7 +20,8 @@ from host_wire import Wire, partition_host, until
 
 from hybridmq.api.frames import BatchFlag, ErrorCode, FrameType
 from hybridmq.broker.destinations.delivery import ConsumerLink
-from hybridmq.broker.mm.partition import CommitError, PartitionHost
+from hybridmq.broker.mm.commit_error import CommitError
+from hybridmq.broker.mm.partition import PartitionHost
 
 QUEUE = "queue:streams"
 CHUNKS = 4

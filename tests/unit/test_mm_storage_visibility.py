@@ -13,7 +13,7 @@ from pathlib import Path
 
 import msgpack
 import pytest
-from host_wire import Wire, partition_host, until
+from host_wire import Wire, partition_host, store, store_control, until
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -39,9 +39,9 @@ def test_batch_at_answers_only_with_visible_batches(
         for step in steps:
             base = storage.end_offset
             if step == "control":
-                storage.append_control([CursorCommit("q:x", base)], epoch=0)
+                store_control(storage, [CursorCommit("q:x", base)])
             else:
-                storage.append("topic:t", int(step), msgpack.packb([[b"v"]] * int(step)), epoch=0)
+                store(storage, "topic:t", int(step), msgpack.packb([[b"v"]] * int(step)))
             appended.append((base, storage.end_offset, step == "control"))
         # the visible end lies at a batch boundary: what a commit covers
         visible = appended[min(visible_batches, len(appended)) - 1][1] if visible_batches else 0
@@ -84,7 +84,7 @@ async def test_a_record_not_committed_is_neither_delivered_nor_lost_when_given_b
         assert host.storage.batch_at(host.storage.visible_end - 1).control  # type: ignore[union-attr]
 
         # the next record is in the log, its replication (commit) still under way
-        host.storage.append("topic:t", 1, msgpack.packb([[b"b"]]), epoch=0)
+        store(host.storage, "topic:t", 1, msgpack.packb([[b"b"]]))
         host.pump()
         await asyncio.sleep(0.05)
         assert len(hung.deliveries()) == 1, "a record was handed out before it was committed"

@@ -293,3 +293,26 @@ async def test_replica_removed_while_its_join_is_pending_does_not_hold_the_high_
     result = await asyncio.wait_for(task, 1)
     assert result.end_offset == 5 and primary.high_watermark == 5
     assert primary.in_sync == {"a", "c"}
+
+
+async def test_the_brokers_own_writes_pass_the_fencing_but_not_the_in_sync_count(tmp_path: Path) -> None:
+    """Cursors and delivery counts (``epoch=None``) are written while too few replicas are in sync
+    (a consumer's progress must not stop with the producers'), but never by a fenced primary."""
+    clock = Clock()
+    lease = {"valid": True}
+    primary = make_primary(tmp_path, clock, replicas=("a", "b"), lease_valid=lambda: lease["valid"])
+    clock.now += 11
+    primary.tick()
+    assert primary.in_sync == {"a"}  # b left: short of min_in_sync 2
+    with pytest.raises(NotEnoughReplicasError):
+        primary.append(b"data", 1, epoch=1)
+    own = primary.append(b"cursor", 1, epoch=None, control=True)
+    assert (own.base_offset, primary.log.log_end_offset) == (0, 1)
+    lease["valid"] = False  # fenced: nothing at all is written
+    with pytest.raises(NotPrimaryError):
+        primary.append(b"cursor", 1, epoch=None, control=True)
+    lease["valid"] = True
+    primary.step_down("saw newer epoch 2")
+    with pytest.raises(NotPrimaryError):
+        primary.append(b"cursor", 1, epoch=None, control=True)
+    assert primary.log.log_end_offset == 1

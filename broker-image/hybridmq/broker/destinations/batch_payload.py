@@ -76,3 +76,17 @@ def pack_payload(dest: str, flags: int, expiry: int, extra: dict[str, Any] | Non
 def unpack_payload(payload: bytes | memoryview) -> tuple[str, int, int, dict[str, Any] | None, bytes]:
     dest, flags, expiry, extra, blob = msgpack.unpackb(payload, raw=False)
     return dest, flags, expiry, extra, blob
+
+
+def check_records(blob: bytes, count: int) -> None:
+    """The records blob is an array of ``count`` records (ValueError, a clear INVALID_REQUEST, if
+    not). Only its header is read: a blob whose records cannot be located later is handed out
+    whole (``split_spans``)."""
+    unpacker = msgpack.Unpacker()
+    unpacker.feed(blob[:5])
+    try:
+        held = unpacker.read_array_header()
+    except Exception:
+        raise ValueError("records blob is not a msgpack array of records") from None
+    if held != count:
+        raise ValueError(f"records blob holds {held} records, the batch says {count}")

@@ -25,8 +25,8 @@ if TYPE_CHECKING:
 def handle(mm: MMContext, conn: Connection, frame: dict[str, Any]) -> None:
     nack = frame["t"] == FrameType.NACK
     answer = frame.get("c") is not None
-    link = mm.links.get((id(conn), frame["s"]))
-    host = mm.hosts.get(frame.get("p", ""))
+    link = mm.subscriptions.get(conn, str(frame["s"]))
+    host = mm.hosted.get(str(frame.get("p", "")))
     rd = frame.get("rd")
     attempt = int(rd) + 1 if rd is not None else None
     try:

@@ -1,19 +1,17 @@
-"""What the MM's request handlers and its replica manager use of the MM (``MMContext``), so that none
-of them imports the server. The ``MessageManager`` is one; a unit test passes a small fake."""
+"""What the MM's request handlers use of the MM (``MMContext``), so that none of them imports the
+server. The ``MessageManager`` is one; a unit test passes a small fake. (The replica manager sits
+below the handlers: it gets its collaborators one by one.)"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from hybridmq.broker.assignment_source import AssignmentSource
-from hybridmq.broker.destinations.delivery import ConsumerLink
 from hybridmq.broker.mm.config import MMConfig
+from hybridmq.broker.mm.hosted import HostedPartitions, Subscriptions
 from hybridmq.broker.mm.liveness import Liveness
 from hybridmq.broker.mm.promotion_waits import PromotionWaits
-
-if TYPE_CHECKING:
-    from hybridmq.broker.mm.partition import PartitionHost
-    from hybridmq.broker.mm.replica_manager import ReplicaManager
+from hybridmq.broker.mm.replica_manager import ReplicaManager
 
 
 class MMContext(Protocol):
@@ -30,10 +28,10 @@ class MMContext(Protocol):
     def liveness(self) -> Liveness: ...  # the lease: whether this MM may act as a primary
 
     @property
-    def hosts(self) -> dict[str, PartitionHost]: ...  # the partitions this MM is primary of
+    def hosted(self) -> HostedPartitions: ...  # the partitions this MM is primary of
 
     @property
-    def links(self) -> dict[tuple[int, str], ConsumerLink]: ...  # (CM connection id, key) -> link
+    def subscriptions(self) -> Subscriptions: ...  # the CMs' consumer links
 
     @property
     def promotion_waits(self) -> PromotionWaits: ...  # produces held while a promotion finishes

@@ -34,6 +34,7 @@ from hybridmq.api.frames import ErrorCode, FrameType, error_frame
 from hybridmq.broker.destinations.batch_payload import unpack_payload
 from hybridmq.broker.log.batch import HEADER_SIZE, iter_batches
 from hybridmq.broker.log.errors import LogError
+from hybridmq.broker.mm.hosted import NotPrimaryHere
 from hybridmq.protocol import Connection
 
 if TYPE_CHECKING:
@@ -80,7 +81,7 @@ def handle(mm: MMContext, conn: Connection, frame: dict[str, Any]) -> None:
         wanted = None if names is None else {str(n) for n in names}
         pids = frame.get("pids")
         partitions: dict[str, dict[str, Any]] = {}
-        for name, host in list(mm.hosts.items()):
+        for name, host in mm.hosted.items():
             if host.serving and (wanted is None or name in wanted):
                 partitions[name] = meta = dict[str, Any](partition_meta(host))
                 inc = mm.replica_manager.incarnation(name)
@@ -100,15 +101,11 @@ def handle(mm: MMContext, conn: Connection, frame: dict[str, Any]) -> None:
 def primary_host(mm: MMContext, name: str, frame: dict[str, Any]) -> PartitionHost | dict[str, Any]:
     """The host of ``name`` if this MM is its primary at the epoch the CM routed with (``pe``);
     else the NOT_PRIMARY error frame to answer."""
-    corr = frame.get("c")
-    host = mm.hosts.get(name)
-    if host is None or not host.serving:
-        return error_frame(ErrorCode.NOT_PRIMARY, f"{mm.config.name} is not primary of {name}", corr)
     epoch = frame.get("pe")
-    if epoch is not None and int(epoch) > host.epoch:
-        # The CM already knows a newer epoch than this MM: it has not caught up (or lost the role).
-        return error_frame(ErrorCode.NOT_PRIMARY, f"{name}: epoch {epoch} > {host.epoch} here", corr)
-    return host
+    try:
+        return mm.hosted.primary(name, None if epoch is None else int(epoch))
+    except NotPrimaryHere as exc:
+        return error_frame(ErrorCode.NOT_PRIMARY, str(exc), frame.get("c"))
 
 
 def fetch(mm: MMContext, frame: dict[str, Any]) -> dict[str, Any]:

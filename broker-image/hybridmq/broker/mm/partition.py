@@ -53,8 +53,6 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-import msgpack
-
 from hybridmq.api.frames import (
     DMQ_DESTINATION,
     BatchFlag,
@@ -63,7 +61,13 @@ from hybridmq.api.frames import (
     error_frame,
     is_reserved,
 )
-from hybridmq.broker.destinations.batch_payload import StoredBatch, slice_records, split_spans
+from hybridmq.broker.destinations.batch_payload import (
+    StoredBatch,
+    check_records,
+    pack_payload,
+    slice_records,
+    split_spans,
+)
 from hybridmq.broker.destinations.delivery import ConsumerLink, DeliveryState, pop_redelivery
 from hybridmq.broker.destinations.matching import make_matcher
 from hybridmq.broker.flow import BacklogGate
@@ -78,6 +82,7 @@ from hybridmq.broker.log.control import (
     TxEnd,
     TxPrepare,
     decode_control,
+    encode_control,
 )
 from hybridmq.broker.log.errors import (
     LogError,
@@ -86,6 +91,7 @@ from hybridmq.broker.log.errors import (
     StaleEpochError,
 )
 from hybridmq.broker.mm.attached import AttachedProducers
+from hybridmq.broker.mm.commit_error import CommitError
 from hybridmq.broker.mm.storage import PartitionStorage
 from hybridmq.broker.replication import (
     FencedEpochError,
@@ -94,6 +100,7 @@ from hybridmq.broker.replication import (
     PartitionPrimary,
     ReplicationError,
 )
+from hybridmq.broker.transactions.participant import TxParticipant
 from hybridmq.protocol.connection import ConnectionClosed
 
 log = logging.getLogger(__name__)
@@ -107,15 +114,6 @@ _REFUSED: tuple[tuple[type[Exception], ErrorCode], ...] = (
     (OutOfOrderSequenceError, ErrorCode.OUT_OF_ORDER_SEQUENCE),
     (ProducerFencedError, ErrorCode.PRODUCER_FENCED),
 )
-
-
-class CommitError(Exception):
-    """A commit that failed: ``frame_code`` is the error the waiting requests get instead
-    (NOT_PRIMARY or MM_UNAVAILABLE: both make the client resend; the resend is stored once)."""
-
-    def __init__(self, code: ErrorCode, msg: str) -> None:
-        super().__init__(msg)
-        self.frame_code = code
 
 
 class _NotWritable(Exception):
@@ -180,8 +178,6 @@ class PartitionHost:
         # Where the records of recently split batches start (base -> ``record_spans``): a queue's
         # batch is handed out in window-sized runs, found once.
         self._spans: dict[int, list[int]] = {}
-        from hybridmq.broker.transactions.participant import TxParticipant  # (it imports this module)
-
         self.tx = TxParticipant(self)
 
     @property
@@ -322,10 +318,10 @@ class PartitionHost:
         self._produce_ready.set()
 
     def _may_write(self) -> None:
-        """The fencing every append to this log passes, a producer's or the broker's own: not
-        stepped down (demoted, closed) and the lease valid. A superseded primary learns of its
-        successor only once its lease is back (the lease waits for the newest table), so until then
-        a record it wrote could be one a new primary never has."""
+        """The fencing every append to this log passes (``PartitionPrimary.ensure_writable``), as a
+        ``CommitError``: not stepped down (demoted, closed) and the lease valid. A superseded
+        primary learns of its successor only once its lease is back (the lease waits for the newest
+        table), so until then a record it wrote could be one a new primary never has."""
         try:
             self.leader.ensure_writable()
         except NotPrimaryError as exc:
@@ -351,35 +347,40 @@ class PartitionHost:
         *,
         request: dict[str, Any] | None = None,
     ) -> tuple[int, int, bool]:
-        """The one way a data batch enters the log as primary; ``(base, last, duplicate)``.
+        """Every data batch this host writes, through ``PartitionPrimary.append``; ``(base, last,
+        duplicate)``.
 
         A produce ``request`` passes every rule of ``PartitionPrimary.check_append`` (its epoch,
         the lease, ``minInSync``, a new producer's first sequence) and the partition taking
-        writes; the broker's own batches pass the fencing alone (``_may_write``): like cursors,
-        they only need the in-sync replicas, and a draining partition still moves records to
-        ``_DMQ``."""
+        writes; the broker's own batches pass the fencing alone: like cursors, they only need the
+        in-sync replicas, and a draining partition still moves records to ``_DMQ``."""
         producer_id = base_sequence = -1
-        if request is None:
-            self._may_write()
-        else:
+        epoch: int | None = None
+        if request is not None:
             pid = request.get("pid")
             producer_id = int(pid) if pid is not None else -1
             base_sequence = int(request.get("seq", -1))
-            self.leader.check_append(int(request.get("e", self.epoch)), producer_id, base_sequence)
+            epoch = int(request.get("e", self.epoch))
             if not self.writable:
+                self.leader.check_append(epoch, producer_id, base_sequence)  # its refusal first
                 raise _NotWritable(f"{self.name} takes no writes")
-        base, last, dup = self.storage.append(
-            dest,
-            count,
-            blob,
-            self.epoch,
-            flags,
-            expiry,
-            extra,
-            producer_id=producer_id,
-            base_sequence=base_sequence,
-            producer_epoch=int((request or {}).get("pep", 0)),
-        )
+        now = int(time.time() * 1000)
+        try:
+            result = self.leader.append(
+                pack_payload(dest, flags, expiry, extra, blob),
+                count,
+                epoch=epoch,
+                producer_id=producer_id,
+                producer_epoch=int((request or {}).get("pep", 0)),
+                base_sequence=base_sequence,
+                timestamp=now,
+            )
+        except NotPrimaryError as exc:
+            if request is not None:
+                raise  # a producer's: answered NOT_PRIMARY by ``_append_one``
+            raise CommitError(ErrorCode.NOT_PRIMARY, str(exc)) from None
+        self.storage.appended(result, dest, count, blob, flags, expiry, extra, now)
+        base, last, dup = result.base_offset, result.last_offset, result.duplicate
         if not dup:
             if not is_reserved(dest):
                 self.data_end = last + 1
@@ -390,8 +391,12 @@ class PartitionHost:
     def append_control(self, records: list[ControlRecord]) -> None:
         """Append control records (cursors, delivery counts, reader cursors), fenced like every
         append (``CommitError`` while this primary may not write); committed by the next flush."""
+        payload, count = encode_control(records)
         self._may_write()
-        self.storage.append_control(records, self.epoch)
+        result = self.leader.append(
+            payload, count, epoch=None, control=True, timestamp=int(time.time() * 1000)
+        )
+        self.storage.note_control(result.base_offset, count)
 
     def wake_consumers(self) -> None:
         """Records became visible or were given back: let the dispatcher hand them out."""
@@ -1013,20 +1018,6 @@ def _outstanding(state: DeliveryState, link: ConsumerLink, frame: dict[str, Any]
     """The delivery ``frame`` is still the one handed to ``link`` (not given back since)."""
     p = state.pending.get(frame["o"])
     return p is not None and p.link is link and p.attempt == int(frame.get("rd", 0)) + 1
-
-
-def check_records(blob: bytes, count: int) -> None:
-    """The records blob is an array of ``count`` records (ValueError, a clear INVALID_REQUEST, if
-    not). Only its header is read: a blob whose records cannot be located later is handed out
-    whole (``split_spans``)."""
-    unpacker = msgpack.Unpacker()
-    unpacker.feed(blob[:5])
-    try:
-        held = unpacker.read_array_header()
-    except Exception:
-        raise ValueError("records blob is not a msgpack array of records") from None
-    if held != count:
-        raise ValueError(f"records blob holds {held} records, the batch says {count}")
 
 
 def _array_header_len(blob: bytes) -> int:

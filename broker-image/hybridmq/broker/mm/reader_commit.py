@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 from hybridmq.api.frames import ErrorCode, FrameType, error_frame
 from hybridmq.broker.log.control import ReaderCursor
 from hybridmq.broker.log.errors import LogError
+from hybridmq.broker.mm.commit_error import CommitError
 from hybridmq.broker.mm.fetch_handler import primary_host
-from hybridmq.broker.mm.partition import CommitError
 from hybridmq.protocol import Connection
 
 if TYPE_CHECKING:

@@ -22,17 +22,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from hybridmq.api.frames import ErrorCode, FrameType
 from hybridmq.broker.replication import FetchRequest, FetchResponse
 
-if TYPE_CHECKING:
-    from hybridmq.broker.mm.replica_transport import PeerLinks
-
 log = logging.getLogger(__name__)
 
 BATCH_MAX_BYTES = 8 * 1024 * 1024  # per frame, within the peers' maximum frame size
+
+
+class PeerRequests(Protocol):
+    """How a batcher reaches a primary MM (``replica_transport.PeerLinks``; a fake in unit tests)."""
+
+    async def request_frame(self, peer: str, frame: dict[str, Any], timeout: float) -> dict[str, Any]: ...  # noqa: ASYNC109
 
 
 def encode_request(request: FetchRequest, known_high_watermark: int) -> list[Any]:
@@ -74,7 +77,7 @@ class FetchBatcher:
 
     def __init__(
         self,
-        links: PeerLinks,
+        links: PeerRequests,
         peer: str,
         *,
         timeout_s: float = 3.0,

@@ -31,16 +31,20 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from hybridmq.api.assignment import PartitionAssignment
 from hybridmq.api.frames import ErrorCode, FrameType
 from hybridmq.api.lease_report import MMReport, PartitionReport
+from hybridmq.broker.assignment_source import AssignmentSource
 from hybridmq.broker.log.config import LogConfig
 from hybridmq.broker.log.errors import StaleEpochError
 from hybridmq.broker.mm import incarnation
+from hybridmq.broker.mm.config import MMConfig
+from hybridmq.broker.mm.hosted import HostedPartitions, Subscriptions
 from hybridmq.broker.mm.liveness import Liveness
 from hybridmq.broker.mm.partition import PartitionHost
+from hybridmq.broker.mm.promotion_waits import PromotionWaits
 from hybridmq.broker.mm.replica_batch import FetchBatcher, decode_request, encode_response
 from hybridmq.broker.mm.replica_transport import PeerLinks, TcpPrimaryTransport
 from hybridmq.broker.mm.storage import PartitionStorage
@@ -59,9 +63,6 @@ from hybridmq.broker.replication import (
 from hybridmq.broker.replication.fetch_batch import BatchItem, serve_batch
 from hybridmq.protocol import Connection
 from hybridmq.protocol.connection import ConnectionClosed
-
-if TYPE_CHECKING:
-    from hybridmq.broker.mm.context import MMContext
 
 log = logging.getLogger(__name__)
 
@@ -149,21 +150,31 @@ class Replica:
 class ReplicaManager:
     def __init__(
         self,
-        mm: MMContext,
+        config: MMConfig,
+        source: AssignmentSource,
         liveness: Liveness,
         *,
+        wake: Callable[[], None],
+        promotion_waits: PromotionWaits,
+        subscriptions: Subscriptions,
         lag_time_ms: float = 3000,
         commit_timeout_s: float = 5.0,
         fetch_max_wait_ms: int = 500,
     ) -> None:
-        self.mm = mm
-        self.me = mm.config.name
+        self.config = config
+        self.source = source
+        self.me = config.name
         self.liveness = liveness
+        self.wake = wake
+        self.promotion_waits = promotion_waits
+        self.subscriptions = subscriptions
+        # The partitions this MM is primary of: changed here alone (promotions, demotions).
+        self.hosted = HostedPartitions(config.name)
         self.lag_time_ms = lag_time_ms
         self.commit_timeout_s = commit_timeout_s
         self.fetch_max_wait_ms = fetch_max_wait_ms
         self.replicas: dict[str, Replica] = {}
-        self.links = PeerLinks(self.me, self._address_of, mm.config.cluster_secret, mm.config.max_frame)
+        self.links = PeerLinks(self.me, self._address_of, config.cluster_secret, config.max_frame)
         self.batch_fetch = batched_fetch_enabled()
         self.batchers: dict[str, FetchBatcher] = {}  # per primary MM
         self._dirty = asyncio.Event()
@@ -233,7 +244,7 @@ class ReplicaManager:
                 self._dirty.set()
 
     async def reconcile(self) -> None:
-        table = self.mm.source.partitions()
+        table = self.source.partitions()
         started = time.monotonic()
         kept: list[PartitionAssignment] = []
         promoted: list[PartitionAssignment] = []
@@ -273,7 +284,7 @@ class ReplicaManager:
             self._progressed()
             await turn.maybe()
         self.step = "idle"
-        self.mm.wake()
+        self.wake()
         took = time.monotonic() - started
         if promoted or took > 1.0:
             log.info(
@@ -324,7 +335,7 @@ class ReplicaManager:
             await self._be_primary(a)
             return
         # Produces held for a promotion here that the table at this epoch gives to another MM.
-        self.mm.promotion_waits.refuse(a.name, f"{self.me} is not primary of {a.name}", a.epoch)
+        self.promotion_waits.refuse(a.name, f"{self.me} is not primary of {a.name}", a.epoch)
         if self.me in a.replicas:
             await self._be_backup(a)
         elif a.name in self.replicas:
@@ -348,7 +359,7 @@ class ReplicaManager:
         return 1 if r.role == Role.BACKUP else 2
 
     def _address_of(self, peer: str) -> str | None:
-        entry = self.mm.source.brokers().get(peer)
+        entry = self.source.brokers().get(peer)
         return entry.address if entry is not None else None
 
     async def _open_storage(self, r: Replica, *, primary: bool) -> PartitionStorage:
@@ -356,7 +367,7 @@ class ReplicaManager:
         are created and fsynced, an old one is read back, and a failover opens hundreds of
         replacement copies. A primary's copy gets an incarnation if it has none; a backup's
         adopts its primary's with the first answer (``_adopt``)."""
-        c = self.mm.config
+        c = self.config
         directory = c.data_dir / r.name
         config = LogConfig(
             fsync=c.fsync,  # type: ignore[arg-type]
@@ -385,9 +396,9 @@ class ReplicaManager:
         if r.storage is None:
             storage = await self._open_storage(r, primary=True)
         else:  # a fresh cache: a backup's log may have been truncated under the old one
-            storage = PartitionStorage(r.storage.log, self.mm.config.cache_bytes)
+            storage = PartitionStorage(r.storage.log, self.config.cache_bytes)
             if r.incarnation is None:  # a backup promoted before its primary ever answered it
-                r.incarnation = await asyncio.to_thread(incarnation.ensure, self.mm.config.data_dir / r.name)
+                r.incarnation = await asyncio.to_thread(incarnation.ensure, self.config.data_dir / r.name)
         r.storage = storage
         alter = self._alter_in_sync(a.name, a.epoch) if self.liveness.commits_in_sync else None
         try:
@@ -413,16 +424,16 @@ class ReplicaManager:
         except StaleEpochError:
             log.error("%s: the log has seen an epoch newer than %d; not serving it", a.name, a.epoch)
             r.role, r.epoch = Role.NONE, a.epoch
-            self.mm.promotion_waits.refuse(a.name, f"{a.name}: not served at epoch {a.epoch}")
+            self.promotion_waits.refuse(a.name, f"{a.name}: not served at epoch {a.epoch}")
             return
-        c = self.mm.config
+        c = self.config
         host = PartitionHost(
             a.name,
             storage,
             leader,
             max_backlog=c.max_backlog,
             max_redeliveries=c.max_redeliveries,
-            wake=self.mm.wake,
+            wake=self.wake,
             catching_up=self.liveness.catching_up,
             commit_timeout_s=self.commit_timeout_s,
         )
@@ -438,9 +449,9 @@ class ReplicaManager:
         host.start()
         r.tasks.append(asyncio.create_task(leader.run_maintenance(max(self.lag_time_ms / 4000, 0.05))))
         r.leader, r.host, r.role, r.epoch, r.primary_mm = leader, host, Role.PRIMARY, a.epoch, self.me
-        self.mm.hosts[a.name] = host
-        self.mm.promotion_waits.release(a.name, host.enqueue_produce)
-        for link in self.mm.links.values():
+        self.hosted.add(host)
+        self.promotion_waits.release(a.name, host.enqueue_produce)
+        for link in self.subscriptions:
             for pattern, mode, durable in link.subscriptions:
                 host.attach(link, pattern, mode, durable)
         log.info("%s: primary at epoch %d (replicas %s)", a.name, a.epoch, ",".join(a.replicas))
@@ -477,7 +488,7 @@ class ReplicaManager:
             batcher = self.batchers.get(a.primary)
             if batcher is None:
                 batcher = self.batchers[a.primary] = FetchBatcher(
-                    self.links, a.primary, max_bytes=min(8 << 20, self.mm.config.max_frame // 2)
+                    self.links, a.primary, max_bytes=min(8 << 20, self.config.max_frame // 2)
                 )
             if r.primary_mm is not None and r.primary_mm != a.primary and r.primary_mm in self.batchers:
                 self.batchers[r.primary_mm].forget(a.name)
@@ -508,7 +519,7 @@ class ReplicaManager:
         worker thread, a fsync each for hundreds of new copies) before the records it came with."""
         if r.incarnation == primary_incarnation or self.replicas.get(r.name) is not r:
             return
-        directory = self.mm.config.data_dir / r.name
+        directory = self.config.data_dir / r.name
         try:
             await asyncio.to_thread(incarnation.write, directory, primary_incarnation, create=False)
         except FileNotFoundError:
@@ -533,7 +544,7 @@ class ReplicaManager:
                 log.warning("closing %s did not finish cleanly; closing synchronously", name, exc_info=True)
                 r.storage.close()
         if delete:
-            shutil.rmtree(self.mm.config.data_dir / name, ignore_errors=True)
+            shutil.rmtree(self.config.data_dir / name, ignore_errors=True)
         log.info("%s: no longer a replica here%s", name, " (data deleted)" if delete else "")
 
     async def _stop_primary(self, r: Replica) -> None:
@@ -541,9 +552,8 @@ class ReplicaManager:
             r.leader.close()  # fails pending acknowledgements: the clients resend elsewhere
         if r.host is not None:
             host = r.host
-            if self.mm.hosts.get(r.name) is host:
-                del self.mm.hosts[r.name]
-            for link in self.mm.links.values():
+            self.hosted.remove(host)
+            for link in self.subscriptions:
                 host.detach(link)
             await host.halt()
         await _cancel_all(r.tasks)
@@ -564,7 +574,7 @@ class ReplicaManager:
         async def alter(proposal: frozenset[str]) -> bool:
             self.liveness.trigger()
             for _ in range(100):  # ~2 s
-                a = self.mm.source.partitions().get(name)
+                a = self.source.partitions().get(name)
                 if a is None or a.epoch != epoch:
                     return False
                 if frozenset(a.in_sync) == proposal:
@@ -627,7 +637,7 @@ class ReplicaManager:
         """A backup MM's fetch for every partition it copies from this one (``mm/replica_batch.py``)."""
         try:
             replica_id, max_wait_ms = str(frame["rid"]), int(frame["w"])
-            max_bytes = min(int(frame["mb"]), self.mm.config.max_frame // 2)
+            max_bytes = min(int(frame["mb"]), self.config.max_frame // 2)
             items: list[BatchItem] = []
             for entry in frame["ps"]:
                 request, known_hw = decode_request(entry, replica_id, max_wait_ms)

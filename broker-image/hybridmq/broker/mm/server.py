@@ -29,6 +29,7 @@ from hybridmq.broker.log_events import LogEventBuffer
 from hybridmq.broker.mm import acks, fetch_handler, reader_commit
 from hybridmq.broker.mm.config import MMConfig
 from hybridmq.broker.mm.handoff import hand_off
+from hybridmq.broker.mm.hosted import Subscriptions
 from hybridmq.broker.mm.internal_log import open_internal_log
 from hybridmq.broker.mm.liveness import Liveness, NoLease
 from hybridmq.broker.mm.partition import PartitionHost
@@ -59,17 +60,21 @@ class MessageManager:
         self.config = config
         self.source = source
         self.liveness: Liveness = liveness if liveness is not None else NoLease()
+        self.promotion_waits = PromotionWaits()  # produces for partitions this MM is taking over
+        self.subscriptions = Subscriptions()  # the CMs' consumer links, changed here alone
         self.replica_manager = ReplicaManager(
-            self,
+            config,
+            source,
             self.liveness,
+            wake=self.wake,
+            promotion_waits=self.promotion_waits,
+            subscriptions=self.subscriptions,
             lag_time_ms=lag_time_ms,
             commit_timeout_s=commit_timeout_s,
             fetch_max_wait_ms=fetch_max_wait_ms,
         )
-        self.hosts: dict[str, PartitionHost] = {}
-        self.promotion_waits = PromotionWaits()  # produces for partitions this MM is taking over
+        self.hosted = self.replica_manager.hosted  # the partitions this MM is primary of
         self._dispatch = Dispatcher(self._dispatch_table(), lambda conn: conn)
-        self.links: dict[tuple[int, str], ConsumerLink] = {}
         self.conns: set[Connection] = set()
         self._wake = asyncio.Event()
         self._server: asyncio.base_events.Server | None = None
@@ -110,7 +115,7 @@ class MessageManager:
             self.config.retention_interval,
             self.wake,
         )
-        self.hosts[self.log_host.name] = self.log_host  # consumers of topic:_LOG read it like any host
+        self.hosted.add(self.log_host)  # consumers of topic:_LOG read it like any host
         self._log_events = LogEventBuffer(self.config.name, "mm").install()
         self._tasks.append(asyncio.create_task(self._publish_log_events(self._log_events, self.log_host)))
         self._server = await asyncio.start_server(
@@ -144,7 +149,7 @@ class MessageManager:
             c.close()
         for t in self._tasks:
             t.cancel()
-        for host in self.hosts.values():
+        for host in self.hosted:
             await host.stop()
         await self.source.stop()
         if self._log_events is not None:
@@ -168,7 +173,7 @@ class MessageManager:
         return self.replica_manager.report()
 
     def held(self) -> set[str]:
-        return set(self.replica_manager.replicas) | set(self.hosts)
+        return set(self.replica_manager.replicas) | self.hosted.names()
 
     def settled(self) -> bool:
         return self.replica_manager.settled()
@@ -185,7 +190,7 @@ class MessageManager:
         while True:
             await self._wake.wait()
             self._wake.clear()
-            for host in list(self.hosts.values()):
+            for host in self.hosted:
                 try:
                     host.pump()
                 except Exception:
@@ -256,9 +261,8 @@ class MessageManager:
 
     def _closed(self, conn: Connection) -> None:
         self.conns.discard(conn)
-        for k in [k for k in self.links if k[0] == id(conn)]:
-            link = self.links.pop(k)
-            for host in self.hosts.values():
+        for link in self.subscriptions.drop(conn):
+            for host in self.hosted:
                 host.detach(link)
         self.wake()
 
@@ -286,7 +290,7 @@ class MessageManager:
 
     def _produce(self, conn: Connection, frame: dict[str, Any]) -> None:
         name = str(frame.get("p", ""))
-        host = self.hosts.get(name)
+        host = self.hosted.get(name)
         if self._taking_over(name, host, frame) and self.promotion_waits.hold(name, conn, frame):
             return
         if host is None:
@@ -295,9 +299,9 @@ class MessageManager:
         host.enqueue_produce(conn, frame)
 
     def _unsubscribe(self, conn: Connection, frame: dict[str, Any]) -> None:
-        link = self.links.pop((id(conn), frame["s"]), None)
+        link = self.subscriptions.pop(conn, str(frame["s"]))
         if link is not None:
-            for host in self.hosts.values():
+            for host in self.hosted:
                 host.detach(link)
         conn.reply(frame, {"t": FrameType.OK})
         self.wake()
@@ -318,12 +322,11 @@ class MessageManager:
         allow = frame.get("acl")  # the CM narrows a wildcard to its user's consume grants
         link.allow = None if allow is None else tuple(str(g) for g in allow)
         link.subscriptions = [(pattern, mode, durable)]
-        old = self.links.pop((id(conn), key), None)
-        for host in self.hosts.values():
+        old = self.subscriptions.put(conn, key, link)
+        for host in self.hosted:
             if old is not None:
                 host.detach(old)
             host.attach(link, pattern, mode, durable)
-        self.links[(id(conn), key)] = link
         conn.reply(frame, {"t": FrameType.OK})
         self.wake()
 
@@ -342,7 +345,7 @@ class MessageManager:
                         for k, s in h.states.items()
                     },
                 }
-                for name, h in self.hosts.items()
+                for name, h in self.hosted.items()
                 if h is not self.log_host
             },
             "internal_log": self._internal_log_stats(),

@@ -1,22 +1,22 @@
-"""The MM's view of a partition log: append stored batches, read them back parsed, group commit.
+"""The MM's view of a partition log: stored batches read back parsed, the visible end, group commit.
 
 A thin adapter over ``hybridmq.broker.log.PartitionLog`` (owned by the log package): it turns raw
 batches into ``StoredBatch`` tuples and keeps a byte-bounded cache of the most recent batches so
-that live consumers are fed from memory, not from disk.
+that live consumers are fed from memory, not from disk. It writes nothing itself: every batch
+enters a primary's log through ``PartitionPrimary.append`` (fencing, epoch, in-sync count), and
+the partition host tells the storage what was appended (``appended``, ``note_control``).
 """
 
 from __future__ import annotations
 
 import bisect
-import time
 from pathlib import Path
 from typing import Any
 
-from hybridmq.broker.destinations.batch_payload import StoredBatch, pack_payload, unpack_payload
+from hybridmq.broker.destinations.batch_payload import StoredBatch, unpack_payload
 from hybridmq.broker.log.batch import iter_batches
 from hybridmq.broker.log.config import LogConfig
-from hybridmq.broker.log.control import ControlRecord, encode_control
-from hybridmq.broker.log.partition_log import PartitionLog
+from hybridmq.broker.log.partition_log import AppendResult, PartitionLog
 
 READ_BYTES = 1024 * 1024
 
@@ -55,38 +55,23 @@ class PartitionStorage:
     def start_offset(self) -> int:
         return self.log.log_start_offset
 
-    def append(
+    def appended(
         self,
+        result: AppendResult,
         dest: str,
         count: int,
         blob: bytes,
-        epoch: int,
-        flags: int = 0,
-        expiry: int = 0,
-        extra: dict[str, Any] | None = None,
-        producer_id: int = -1,
-        base_sequence: int = -1,
-        producer_epoch: int = 0,
-    ) -> tuple[int, int, bool]:
-        """Append one batch; ``(base, last, duplicate)`` (duplicate: an idempotent resend)."""
-        now = int(time.time() * 1000)
-        res = self.log.append(
-            pack_payload(dest, flags, expiry, extra, blob),
-            count,
-            epoch,
-            timestamp=now,
-            producer_id=producer_id,
-            base_sequence=base_sequence,
-            producer_epoch=producer_epoch,
-        )
-        if not res.duplicate:
-            self._remember(StoredBatch(res.base_offset, count, dest, flags, expiry, extra, blob, False, now))
-        return res.base_offset, res.last_offset, res.duplicate
-
-    def append_control(self, records: list[ControlRecord], epoch: int) -> None:
-        payload, count = encode_control(records)
-        res = self.log.append(payload, count, epoch, control=True, timestamp=int(time.time() * 1000))
-        self.note_control(res.base_offset, count)
+        flags: int,
+        expiry: int,
+        extra: dict[str, Any] | None,
+        timestamp: int,
+    ) -> None:
+        """A data batch the partition's primary appended (``PartitionPrimary.append``, the one way
+        into a primary's log): kept in the cache for live consumers (a resend stored before is not)."""
+        if not result.duplicate:
+            self._remember(
+                StoredBatch(result.base_offset, count, dest, flags, expiry, extra, blob, False, timestamp)
+            )
 
     def note_control(self, base: int, count: int) -> None:
         """Remember a control batch (appended here, or found by recovery), in offset order."""

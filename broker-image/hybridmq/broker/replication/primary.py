@@ -228,9 +228,9 @@ class PartitionPrimary:
     # -- producing ---------------------------------------------------------------------------------
 
     def check_append(self, epoch: int, producer_id: int = -1, base_sequence: int = -1) -> None:
-        """Every rule a write must pass before it is appended (the MM's produce path calls this
-        too): the request's epoch, this primary's lease, ``min_in_sync`` replicas in sync, and an
-        idempotent producer the log has never stored starting at its first batch."""
+        """Every rule a producer's write must pass before it is appended (:meth:`append`): the
+        request's epoch, this primary's lease, ``min_in_sync`` replicas in sync, and an idempotent
+        producer the log has never stored starting at its first batch."""
         self.check_epoch(epoch)
         self.ensure_writable()
         if len(self._in_sync) < self.min_in_sync:
@@ -248,15 +248,24 @@ class PartitionPrimary:
         payload: bytes | bytearray | memoryview,
         count: int,
         *,
-        epoch: int,
+        epoch: int | None,
         producer_id: int = -1,
         producer_epoch: int = 0,
         base_sequence: int = -1,
         timestamp: int | None = None,
         control: bool = False,
     ) -> AppendResult:
-        """Fence, check the in-sync count, append. Does not wait: see :meth:`produce`."""
-        self.check_append(epoch, producer_id, base_sequence)
+        """The one way a batch enters this primary's log; does not wait (see :meth:`produce`, and
+        the MM's group commit: many appends, then one :meth:`wait_committed`).
+
+        A producer's write names the ``epoch`` it was routed with and passes every rule of
+        :meth:`check_append`. The broker's own writes (``epoch=None``: cursors, delivery counts,
+        ``_DMQ`` moves, committed transactions) pass the fencing alone: they only need the in-sync
+        replicas, and a partition short of ``min_in_sync`` still records its consumers' progress."""
+        if epoch is None:
+            self.ensure_writable()
+        else:
+            self.check_append(epoch, producer_id, base_sequence)
         return self.log.append(
             payload,
             count,

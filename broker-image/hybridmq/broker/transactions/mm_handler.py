@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from hybridmq.api.frames import ErrorCode, FrameType
-from hybridmq.broker.mm.partition import CommitError
+from hybridmq.broker.mm.commit_error import CommitError
 from hybridmq.broker.transactions.participant import TxRefused
 from hybridmq.protocol import Connection
 
@@ -21,16 +21,16 @@ async def handle(mm: MMContext, conn: Connection, frame: dict[str, Any]) -> None
     try:
         if t == FrameType.TX_INDOUBT:
             age = float(frame.get("age", 10.0))
-            txs = [tx for host in list(mm.hosts.values()) for tx in host.tx.in_doubt(age)]
+            txs = [tx for host in mm.hosted for tx in host.tx.in_doubt(age)]
             conn.reply(frame, {"t": FrameType.OK, "txs": txs})
             return
-        host = mm.hosts.get(str(frame.get("p", "")))
+        host = mm.hosted.get(str(frame.get("p", "")))
         if host is None:
             conn.reply_error(frame, ErrorCode.NOT_PRIMARY, f"{mm.name} hosts no {frame.get('p')!r}")
             return
         txid = str(frame["x"])
         if t == FrameType.TX_PREPARE:
-            links = {key: link for (cid, key), link in mm.links.items() if cid == id(conn)}
+            links = mm.subscriptions.of(conn)
             await host.tx.prepare(frame, links)
             mm.wake()
             conn.reply(frame, {"t": FrameType.OK})

@@ -19,17 +19,17 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from hybridmq.api.frames import BatchFlag, ErrorCode, is_reserved
+from hybridmq.broker.destinations.batch_payload import check_records
 from hybridmq.broker.destinations.delivery import ConsumerLink, DeliveryState, Pending
 from hybridmq.broker.destinations.ranges import RangeSet
 from hybridmq.broker.log.control import ControlRecord, TxDecision, TxEnd, TxPrepare
-from hybridmq.broker.mm.partition import CommitError, check_records
+from hybridmq.broker.mm.commit_error import CommitError
+from hybridmq.broker.mm.storage import PartitionStorage
+from hybridmq.broker.replication import PartitionPrimary
 from hybridmq.broker.transactions import fault
-
-if TYPE_CHECKING:
-    from hybridmq.broker.mm.partition import PartitionHost
 
 # Kept for answering resent TX_END / TX_PREPARE frames of finished transactions.
 ENDED_KEPT = 10_000
@@ -65,8 +65,40 @@ def _link(txid: str) -> ConsumerLink:
     return ConsumerLink(_NoConnection(), f"tx:{txid}", 0, 0)
 
 
+class TxHost(Protocol):
+    """What a participant uses of its partition (``mm.partition.PartitionHost``, which owns the
+    participant: so the participant cannot import it)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def serving(self) -> bool: ...
+    @property
+    def writable(self) -> bool: ...
+    @property
+    def states(self) -> dict[str, DeliveryState]: ...
+    @property
+    def storage(self) -> PartitionStorage: ...
+    @property
+    def leader(self) -> PartitionPrimary: ...
+
+    def append_control(self, records: list[ControlRecord]) -> None: ...
+    def append_internal(
+        self,
+        dest: str,
+        count: int,
+        blob: bytes,
+        flags: int = 0,
+        extra: dict[str, Any] | None = None,
+        expiry: int = 0,
+    ) -> None: ...
+    async def commit(self, end: int, *, min_in_sync: bool = True) -> None: ...
+    def wake_consumers(self) -> None: ...
+    def write_cursors(self, everything: bool = False) -> None: ...
+
+
 class TxParticipant:
-    def __init__(self, host: PartitionHost) -> None:
+    def __init__(self, host: TxHost) -> None:
         self.host = host
         self.open: dict[str, OpenTx] = {}
         self.decisions: dict[str, bool] = {}
