@@ -16,13 +16,9 @@ subscription) exceeds ``max_backlog`` records the worker stops appending, so pro
 producers' in-flight windows fill up and ``Producer.try_send`` returns False. Memory stays bounded:
 the data is on disk, in flight are only the producers' windows.
 
-Delivery: ``pump`` walks each DeliveryState from its position, skipping batches of other
-destinations and acknowledged records, and sends DELIVER frames while the consumer links have credit:
-each a run of records of one stored batch, as many as the link's window has room for (the whole
-batch when it fits, so topics keep getting whole batches; a queue's batch is shared out among its
-consumers). Queues redeliver what a departed consumer left unacknowledged or a NACK gave back, record
-by record; a record past ``max_redeliveries`` or its expiry, or rejected by a consumer, is moved to
-``queue:_DMQ`` alone with its original destination and the reason.
+Delivery: the partition's ``DeliveryEngine`` (``delivery_engine.py``) hands out its records to
+queues and subscriptions, redelivers and moves records to ``_DMQ``; this host feeds it (appends,
+recovery), commits what it counts and sends what it handed out.
 
 Cursors and delivery counts are control records in the partition log itself, so they recover and
 replicate with the data, and both are committed (flushed and, replicated, covered by the high
@@ -45,7 +41,6 @@ watermark: ``control_waiter``) by one group-commit task, the control committer:
 from __future__ import annotations
 
 import asyncio
-import heapq
 import itertools
 import logging
 import time
@@ -65,10 +60,8 @@ from hybridmq.broker.destinations.batch_payload import (
     StoredBatch,
     check_records,
     pack_payload,
-    slice_records,
-    split_spans,
 )
-from hybridmq.broker.destinations.delivery import ConsumerLink, DeliveryState, pop_redelivery
+from hybridmq.broker.destinations.delivery import ConsumerLink, DeliveryState
 from hybridmq.broker.destinations.matching import make_matcher
 from hybridmq.broker.flow import BacklogGate
 from hybridmq.broker.log.control import (
@@ -92,6 +85,7 @@ from hybridmq.broker.log.errors import (
 )
 from hybridmq.broker.mm.attached import AttachedProducers
 from hybridmq.broker.mm.commit_error import CommitError
+from hybridmq.broker.mm.delivery_engine import DeliveryEngine, outstanding, send
 from hybridmq.broker.mm.storage import PartitionStorage
 from hybridmq.broker.replication import (
     FencedEpochError,
@@ -101,7 +95,6 @@ from hybridmq.broker.replication import (
     ReplicationError,
 )
 from hybridmq.broker.transactions.participant import TxParticipant
-from hybridmq.protocol.connection import ConnectionClosed
 
 log = logging.getLogger(__name__)
 
@@ -151,9 +144,6 @@ class PartitionHost:
         self.only_destination = only_destination
         self.retain_bytes = retain_bytes
         self.max_backlog = max_backlog
-        self.max_redeliveries = max_redeliveries
-        self.states: dict[str, DeliveryState] = {}
-        self.queue_patterns: list[tuple[ConsumerLink, Any]] = []
         self._produce_q: deque[tuple[Any, dict[str, Any]]] = deque()
         self._produce_ready = asyncio.Event()
         self.gate = BacklogGate(max_backlog)
@@ -161,10 +151,8 @@ class PartitionHost:
         self._tasks: list[asyncio.Task[None]] = []
         self.appended_records = 0
         self.retention_interval = 5.0
-        # Waiting for the control committer: deliveries (sent once their records are committed),
-        # Redelivery records, and acknowledgements to answer.
-        self._outbox: list[Outgoing] = []
-        self._redeliveries: list[ControlRecord] = []
+        # Acknowledgements waiting for the control committer to be answered (the deliveries
+        # waiting for it are the engine's outbox).
         self._ack_replies: list[tuple[Any, dict[str, Any]]] = []
         self._committing: list[tuple[Any, dict[str, Any]]] = []  # replies of the round in progress
         self._control_ready = asyncio.Event()
@@ -175,14 +163,25 @@ class PartitionHost:
         # the MM's own ``topic:_LOG`` events, are nothing a reader must be held for).
         self.readers: dict[str, int] = {}
         self.data_end = 0
-        # Where the records of recently split batches start (base -> ``record_spans``): a queue's
-        # batch is handed out in window-sized runs, found once.
-        self._spans: dict[int, list[int]] = {}
+        self.delivery = DeliveryEngine(
+            name,
+            storage,
+            epoch=lambda: self.leader.epoch,
+            writable=lambda: self.leader.writable,
+            append_internal=self.append_internal,
+            round_needed=self._control_ready.set,
+            max_redeliveries=max_redeliveries,
+        )
         self.tx = TxParticipant(self)
 
     @property
     def epoch(self) -> int:
         return self.leader.epoch
+
+    @property
+    def states(self) -> dict[str, DeliveryState]:
+        """Every queue's and subscription's delivery state, by key (the engine's)."""
+        return self.delivery.states
 
     # -- lifecycle -------------------------------------------------------------------------------
     def recover(self) -> None:
@@ -216,12 +215,12 @@ class PartitionHost:
             if not is_reserved(batch.dest):
                 self.data_end = batch.next_offset
             if batch.dest.startswith("queue:") and ("q:" + batch.dest) not in self.states:
-                self._queue_state(batch.dest, batch.base)
+                self.delivery.queue_state(batch.dest, batch.base)
         for key, (lw, ranges, through, counts) in snaps.items():
             state = self.states.get(key)
             if state is None:
                 if key.startswith("q:"):
-                    state = self._queue_state(key[2:], 0)
+                    state = self.delivery.queue_state(key[2:], 0)
                 elif key.startswith("d:"):
                     _, _, pattern = key[2:].partition("|")
                     mode, _, pat = pattern.partition("|")
@@ -236,7 +235,7 @@ class PartitionHost:
         for key, first, last in moved:
             state = self.states.get(key)
             if state is None and key.startswith("q:"):
-                state = self._queue_state(key[2:], 0)
+                state = self.delivery.queue_state(key[2:], 0)
             if state is not None:
                 state.mark_acked(first, last)
         self.tx.recovered()
@@ -294,7 +293,7 @@ class PartitionHost:
         queued = list(self._produce_q)
         self._produce_q.clear()
         for conn, frame in queued:
-            _send(conn, error_frame(ErrorCode.NOT_PRIMARY, moved, frame.get("c")))
+            send(conn, error_frame(ErrorCode.NOT_PRIMARY, moved, frame.get("c")))
 
     # -- produce ---------------------------------------------------------------------------------
     def enqueue_produce(self, conn: Any, frame: dict[str, Any]) -> None:
@@ -385,7 +384,7 @@ class PartitionHost:
             if not is_reserved(dest):
                 self.data_end = last + 1
             if dest.startswith("queue:") and ("q:" + dest) not in self.states:
-                self._queue_state(dest, base)
+                self.delivery.queue_state(dest, base)
         return base, last, dup
 
     def append_control(self, records: list[ControlRecord]) -> None:
@@ -451,7 +450,7 @@ class PartitionHost:
                 ]
             for conn, reply in acks:
                 # A transport may close before ``conn.closed`` says so: that must not end the worker.
-                _send(conn, reply)
+                send(conn, reply)
             self._wake()
 
     async def commit(self, end: int, *, min_in_sync: bool = True) -> None:
@@ -511,57 +510,15 @@ class PartitionHost:
         return {"t": FrameType.PRODUCE_ACK, "r": corr, "p": self.name, "o": base, "l": last}
 
     # -- subscriptions ---------------------------------------------------------------------------
-    def _queue_state(self, dest: str, start: int) -> DeliveryState:
-        state = DeliveryState("q:" + dest, make_matcher(dest), start, True, False)
-        self.states[state.key] = state
-        for link, matcher in self.queue_patterns:
-            if matcher(dest):
-                state.links.append(link)
-                link.states.append(state)
-        return state
-
     def attach(self, link: ConsumerLink, pattern: str, mode: str, durable: str | None) -> None:
-        matcher = make_matcher(pattern, mode, link.allow)
-        if pattern.startswith("queue:"):
-            self.queue_patterns.append((link, matcher))
-            if mode == "exact" and ("q:" + pattern) not in self.states:
-                self._queue_state(pattern, self.storage.end_offset)
-            for state in self.states.values():
-                if state.is_queue and matcher(state.key[2:]) and link not in state.links:
-                    state.links.append(link)
-                    link.states.append(state)
-            return
-        if durable:
-            key = f"d:{durable}|{mode}|{pattern}"
-            existing = self.states.get(key)
-            if existing is None:
-                state = DeliveryState(key, matcher, self.storage.end_offset, False, True)
-                state.dirty = True  # committed at once: it starts here, also after a failover
-                self._control_ready.set()
-                self.states[key] = state
-            else:
-                state = existing
-                state.matcher = matcher  # the attaching subscriber's grants, not a recovered pattern
-            for old in list(state.links):
-                state.detach(old)
-        else:
-            state = DeliveryState("s:" + link.key, matcher, self.storage.end_offset, False, False)
-            self.states[state.key] = state
-        state.links.append(link)
-        link.states.append(state)
+        self.delivery.attach(link, pattern, mode, durable)
 
     def detach(self, link: ConsumerLink) -> None:
-        self.queue_patterns = [(lk, m) for lk, m in self.queue_patterns if lk is not link]
-        for state in [s for s in link.states if self.states.get(s.key) is s]:
-            attached = link in state.links  # not when a new subscriber of a durable replaced it
-            state.detach(link)
-            if not state.persistent:
-                self.states.pop(state.key, None)
-            elif not state.is_queue and attached:
-                # durable subscription left alone: rewind to its cursor for the next consumer
-                state.next_offset = state.lw()
-                state.redeliver.clear()
-        link.states = [s for s in link.states if self.states.get(s.key) is not s]
+        self.delivery.detach(link)
+
+    def pump(self) -> bool:
+        """Deliver what the links have credit for; True if anything was sent."""
+        return self.delivery.pump()
 
     def ack(
         self,
@@ -574,31 +531,11 @@ class PartitionHost:
         last: int | None = None,
         requeue: bool = True,
     ) -> bool:
-        """Settle records ``[first, last]`` (default: all left) of the delivery at ``start`` handed
-        to ``link`` (at delivery ``attempt``); with ``nack`` give them back for redelivery, or
-        without ``requeue`` move them to ``_DMQ``.
+        """Settle, give back or reject records of a delivery (``DeliveryEngine.settle``).
 
         ``reply`` (connection, ACK frame) is answered once the acknowledgement is committed; False
         (nothing answered) when the records are not outstanding on ``link`` at that attempt."""
-        done = False
-        # The link reaches every partition of this MM: only this partition's states count (an
-        # offset means nothing in another partition).
-        for state in [s for s in link.states if self.states.get(s.key) is s]:
-            p = state.pending.get(start)
-            if p is not None and p.link is link:
-                if nack and not requeue and state.is_queue and p.stream is None:
-                    runs = state.reject(start, first, last, link, attempt)
-                    for f, e in runs or ():
-                        self._reject(state, f, e)
-                    done = runs is not None
-                elif nack:
-                    done = state.give_back(start, first, last, link, attempt)
-                else:
-                    done = state.settle(start, link, attempt, first, last)
-                break
-            if nack and p is None and state.give_back_stream_of(start, link):
-                done = True
-                break
+        done = self.delivery.settle(link, start, nack, attempt, first, last, requeue)
         if self.blocked:
             self._check_space()
         if done and reply is not None:
@@ -606,261 +543,12 @@ class PartitionHost:
             self._control_ready.set()
         return done
 
-    def _reject(self, state: DeliveryState, first: int, last: int) -> None:
-        """Records a consumer rejected without requeue go to ``_DMQ`` (they are not outstanding)."""
-        while first <= last:
-            batch = self.storage.batch_at(first)
-            if batch is None or batch.base > first:  # deleted meanwhile: nothing to move
-                state.mark_acked(first, last)
-                return
-            end = min(last, batch.next_offset - 1)
-            if not self._to_dmq(state, batch, first, end, "rejected by a consumer"):
-                # Fenced: given back instead (the rejection's answer fails with the round).
-                heapq.heappush(state.redeliver, (first, last))
-                return
-            first = end + 1
-
-    # -- delivery --------------------------------------------------------------------------------
-    def pump(self) -> bool:
-        """Deliver what the links have credit for; True if anything was sent."""
-        sent = False
-        now = int(time.time() * 1000)
-        # A fenced primary cannot commit the records that count a delivery to a queue or durable
-        # subscription: handed out now, it would only be given back, counted, round after round,
-        # until ``max_redeliveries`` moved it to _DMQ without any consumer having seen it.
-        fenced = not self.leader.writable
-        for state in list(self.states.values()):
-            if not state.links:
-                self._pass_others(state)
-                continue
-            if fenced and state.persistent:
-                self._control_ready.set()  # its failed round waits for the lease, then wakes us
-                continue
-            while True:
-                links = state.links_with_credit()
-                if not links:
-                    break
-                taken = self._next_for(state, now)
-                if taken is None:
-                    break
-                batch, first, last, again = taken
-                stream = (batch.extra or {}).get("sid") if batch.flags & BatchFlag.CHUNK else None
-                owner = state.stream_owner(stream)
-                if owner is not None:
-                    links = [owner]  # a stream's chunks all go to one consumer
-                fitted = self._fit(links, batch, first, last, [owner] if owner is not None else state.links)
-                if fitted is None:  # no link has room for the next record: it waits
-                    _put_back(state, first, last, again)
-                    break
-                link, end, blob, size = fitted
-                if end < last:  # the rest of the run goes to the next link with room
-                    if again:
-                        heapq.heappush(state.redeliver, (end + 1, last))
-                    else:
-                        state.next_offset = end + 1
-                state.picked(link)
-                fin = bool((batch.extra or {}).get("fin")) if stream is not None else False
-                count = end - first + 1
-                attempt = state.record_delivery(first, count, size, link, blob, stream, fin)
-                frame = {
-                    "t": FrameType.DELIVER,
-                    "s": link.key,
-                    "p": self.name,
-                    "d": batch.dest,
-                    "o": first,
-                    "n": count,
-                    "b": blob,
-                    "f": batch.flags,
-                    "rd": attempt - 1,
-                    "e": self.epoch,  # a consumer drops it once revoked by a failover
-                    "xa": batch.extra,
-                    "ts": batch.timestamp,
-                }
-                if state.persistent:  # sent once the records counting it are committed
-                    if attempt > 1:
-                        self._redeliveries.append(Redelivery(state.key, first, attempt, count))
-                    self._outbox.append((state, link, frame))
-                    self._control_ready.set()
-                else:
-                    _send(link.conn, frame)
-                sent = True
-        return sent
-
-    def _pass_others(self, state: DeliveryState) -> None:
-        """A queue or durable subscription nobody consumes moves its cursor past records that are
-        not its own (other destinations', control records), as it would while consumed: only its
-        own records are its backlog (``max_backlog`` holds producers by it) and hold retention. Not
-        committed on its own (retention writes every cursor before it deletes anything)."""
-        while state.next_offset < self.storage.visible_end:
-            batch = self.storage.batch_at(state.next_offset)
-            if batch is None or (not batch.control and state.matcher(batch.dest)):
-                return
-            state.next_offset = batch.next_offset
-
-    def _fit(
-        self,
-        links: list[ConsumerLink],
-        batch: StoredBatch,
-        first: int,
-        last: int,
-        everyone: list[ConsumerLink],
-    ) -> tuple[ConsumerLink, int, bytes, int] | None:
-        """The first of ``links`` with room for records of ``first`` .. ``last``: (link, last
-        offset it takes, the records blob, its records' bytes), None to wait for room.
-
-        The run goes whole to a link with room for all of it; while one of ``everyone`` could
-        take it whole once its window refills, it waits for that (a whole batch goes as it was
-        stored, without looking into it: what topics get). Only a run bigger than every window
-        is split, into the records a link has room for (a queue's consumers share it)."""
-        chunk = bool(batch.flags & BatchFlag.CHUNK)
-        spans: list[int] | None = None
-        if first == batch.base and last == batch.next_offset - 1:
-            size = len(batch.blob) if chunk else len(batch.blob) - _array_header_len(batch.blob)
-        else:
-            spans = self._record_spans(batch)
-            size = spans[last - batch.base + 1] - spans[first - batch.base]
-        count = last - first + 1
-        for link in links:
-            if count <= link.window - link.inflight and size <= link.window_bytes - link.inflight_bytes:
-                blob = batch.blob if spans is None else self._slice(batch, spans, first, last)
-                return link, last, blob, size
-        if any(count <= link.window and size <= link.window_bytes for link in everyone):
-            return None
-        spans = spans or (None if chunk else self._record_spans(batch))
-        if spans is None or spans[0] == 0:  # one record bigger than the window, or a batch whose
-            # records cannot be located: whole, to a consumer holding nothing
-            empty = next((lk for lk in links if lk.fits([size])), None)
-            return None if empty is None else (empty, last, batch.blob, size)
-        i, j = first - batch.base, last - batch.base + 1
-        sizes = [b - a for a, b in itertools.pairwise(spans[i : j + 1])]
-        for link in links:
-            n = link.fits(sizes)
-            if n:
-                return link, first + n - 1, self._slice(batch, spans, first, first + n - 1), sum(sizes[:n])
-        return None
-
-    def _slice(self, batch: StoredBatch, spans: list[int], first: int, last: int) -> bytes:
-        return slice_records(batch.blob, spans, first - batch.base, last - batch.base + 1)
-
-    def _record_spans(self, batch: StoredBatch) -> list[int]:
-        spans = self._spans.get(batch.base)
-        if spans is None:
-            if len(self._spans) >= 256:
-                self._spans.clear()
-            spans = self._spans[batch.base] = split_spans(batch.blob, batch.n)
-        return spans
-
-    def _next_for(self, state: DeliveryState, now: int) -> tuple[StoredBatch, int, int, bool] | None:
-        """The next run of records to hand out (one batch, one delivery count), and whether it
-        was given back before (taken from the heap)."""
-        while True:
-            run = pop_redelivery(state) if state.redeliver else None
-            if run is not None:
-                first, last = run
-                batch = self.storage.batch_at(first)
-                if batch is None and self.storage.start_offset <= first < self.storage.end_offset:
-                    # Not visible (yet): it waits; taken for deleted it would be acknowledged unseen.
-                    heapq.heappush(state.redeliver, run)
-                    return None
-                if batch is None or batch.base > first:  # deleted meanwhile
-                    gone = last if batch is None else min(last, batch.base - 1)
-                    state.mark_acked(first, gone)
-                    if gone < last:
-                        heapq.heappush(state.redeliver, (gone + 1, last))
-                    continue
-                if last >= batch.next_offset:
-                    heapq.heappush(state.redeliver, (batch.next_offset, last))
-                    last = batch.next_offset - 1
-                again = True
-            else:
-                batch = self.storage.batch_at(state.next_offset)
-                if batch is None:
-                    return None
-                first = max(state.next_offset, batch.base)
-                state.next_offset = batch.next_offset
-                if batch.control or not state.matcher(batch.dest):
-                    if not state.pending and not state.redeliver:
-                        state.dirty = state.dirty or state.persistent
-                    continue
-                first = state.acked.next_missing(first)
-                if first >= batch.next_offset:
-                    continue
-                last = state.acked.missing_until(first, batch.next_offset - 1)
-                state.next_offset = last + 1
-                again = False
-            end = state.same_count_until(first, last)
-            if end < last:  # records delivered a different number of times: a run of their own
-                if again:
-                    heapq.heappush(state.redeliver, (end + 1, last))
-                else:
-                    state.next_offset = end + 1
-                last = end
-            reason = None
-            if batch.expiry and batch.expiry < now:
-                if not state.is_queue:
-                    if again and state.persistent:
-                        state.mark_acked(first, last)
-                    continue
-                reason = "expired"
-            elif state.times_delivered(first) > self.max_redeliveries:
-                reason = f"maximum redeliveries ({self.max_redeliveries}) exceeded"
-            if reason is None:
-                return batch, first, last, again
-            if not self._to_dmq(state, batch, first, last, reason):
-                _put_back(state, first, last, again)  # fenced: moved once the lease is back
-                return None
-
-    def _to_dmq(self, state: DeliveryState, batch: StoredBatch, first: int, last: int, reason: str) -> bool:
-        """Move records ``first`` .. ``last`` of ``batch`` (alone: not the rest of their batch) to
-        ``_DMQ`` with their origin and the reason; they count as acknowledged here. False (nothing
-        moved, nothing acknowledged) while this primary may not write."""
-        if batch.dest == DMQ_DESTINATION:
-            state.mark_acked(first, last)
-            return True
-        extra = dict(batch.extra or {})
-        extra.update({"orig": batch.dest, "reason": reason, "from": f"{self.name}:{first}"})
-        if state.key != "q:" + batch.dest:  # a durable subscription's: recovery must find it
-            extra["sub"] = state.key
-        if batch.flags & BatchFlag.CHUNK or (first == batch.base and last == batch.next_offset - 1):
-            blob = batch.blob
-        else:
-            blob = slice_records(
-                batch.blob, self._record_spans(batch), first - batch.base, last - batch.base + 1
-            )
-        count = last - first + 1
-        try:
-            self.append_internal(DMQ_DESTINATION, count, blob, batch.flags | BatchFlag.DMQ, extra)
-        except CommitError:
-            return False
-        state.mark_acked(first, last)
-        log.info("moved %s:%d..%d (%s) to _DMQ: %s", self.name, first, last, batch.dest, reason)
-        return True
-
-    # -- cursors and delivery counts ----------------------------------------------------------------
-    def cursor_records(self, everything: bool = False) -> list[ControlRecord]:
-        """The changed (or all) cursors and delivery marks as control records."""
-        records: list[ControlRecord] = []
-        for key, state in self.states.items():
-            if not state.persistent:
-                continue
-            if state.dirty or everything:
-                state.dirty = False
-                lw, ranges = state.snapshot()
-                records.append(CursorCommit(key, lw))
-                records.append(AckRanges(key, ranges))
-            if state.delivery_dirty or everything:
-                state.delivery_dirty = False
-                records.append(DeliveredThrough(key, state.delivered_through))
-        records.extend(self._redeliveries)
-        self._redeliveries = []
-        return records
-
     def write_cursors(self, everything: bool = False) -> None:
         """Append the changed (or all) cursors as control records (committed by the next flush);
         while this primary may not write, nothing: they stay changed for a later round."""
         if not self.leader.writable:
             return
-        records = self.cursor_records(everything)
+        records = self.delivery.cursor_records(everything)
         if records:
             self.append_control(records)
 
@@ -923,7 +611,7 @@ class PartitionHost:
         while True:
             await self._control_ready.wait()
             self._control_ready.clear()
-            outbox, self._outbox = self._outbox, []
+            outbox = self.delivery.take_outbox()
             replies, self._ack_replies = self._ack_replies, []
             self._committing = replies
             try:
@@ -938,10 +626,7 @@ class PartitionHost:
                 # Never sent: back to be handed out again, uncounted (a consumer never had them).
                 # So is what was handed out while the round ran: sent by the next round, it would
                 # overtake these, and a topic's subscriber reads in offset order.
-                later, self._outbox = self._outbox, []
-                self._forget_redeliveries(later)
-                for state, link, frame in outbox + later:
-                    state.withdraw(frame["o"], int(frame["n"]), link, int(frame.get("rd", 0)) + 1)
+                self.delivery.withdraw(outbox + self.delivery.take_outbox())
                 self._committing = []
                 _refuse(replies, code or ErrorCode.INTERNAL, f"not committed: {exc}")
                 await asyncio.sleep(0.05)
@@ -949,28 +634,15 @@ class PartitionHost:
                 self._wake()
                 continue
             self._committing = []
-            deliveries = []
-            for state, link, f in outbox:
-                if _outstanding(state, link, f):
-                    deliveries.append((link.conn, f))
-                else:
-                    # Given back while its round waited (its consumer left, its stream was given
-                    # back by a failed round): never sent, so it does not count either.
-                    state.withdraw(f["o"], int(f["n"]), link, int(f.get("rd", 0)) + 1)
+            # Given back while its round waited (its consumer left, its stream was given back by a
+            # failed round): never sent, so it does not count either.
+            self.delivery.withdraw([o for o in outbox if not outstanding(*o)])
+            deliveries = [(link.conn, f) for state, link, f in outbox if outstanding(state, link, f)]
             for conn, frame in deliveries + [
                 (conn, {"t": FrameType.OK, "r": f.get("c")}) for conn, f in replies
             ]:
-                _send(conn, frame)
+                send(conn, frame)
             self._wake()
-
-    def _forget_redeliveries(self, withdrawn: list[Outgoing]) -> None:
-        """The delivery counts of withdrawn hand-outs not written yet are not written at all."""
-        gone = {(state.key, f["o"], int(f.get("rd", 0)) + 1) for state, _, f in withdrawn}
-        self._redeliveries = [
-            r
-            for r in self._redeliveries
-            if not isinstance(r, Redelivery) or (r.subscription, r.offset, r.attempt) not in gone
-        ]
 
     async def _until_writable(self) -> None:
         """Wait for the lease to be valid again (or the host to stop). Polled: validity is a
@@ -1003,38 +675,6 @@ class PartitionHost:
                     self._produce_ready.set()
 
 
-Outgoing = tuple[DeliveryState, ConsumerLink, dict[str, Any]]  # a delivery waiting for its round
-
-
-def _put_back(state: DeliveryState, first: int, last: int, again: bool) -> None:
-    """Records ``first`` .. ``last`` taken by ``_next_for`` but not handed out: next time again."""
-    if again:
-        heapq.heappush(state.redeliver, (first, last))
-    else:
-        state.next_offset = first
-
-
-def _outstanding(state: DeliveryState, link: ConsumerLink, frame: dict[str, Any]) -> bool:
-    """The delivery ``frame`` is still the one handed to ``link`` (not given back since)."""
-    p = state.pending.get(frame["o"])
-    return p is not None and p.link is link and p.attempt == int(frame.get("rd", 0)) + 1
-
-
-def _array_header_len(blob: bytes) -> int:
-    """Bytes of the msgpack array header a records blob starts with."""
-    lead = blob[0] if blob else 0x90
-    return 1 if lead <= 0x9F else 3 if lead == 0xDC else 5
-
-
 def _refuse(replies: list[tuple[Any, dict[str, Any]]], code: ErrorCode, why: str) -> None:
     for conn, frame in replies:
-        _send(conn, error_frame(code, why, frame.get("c")))
-
-
-def _send(conn: Any, frame: dict[str, Any]) -> None:
-    """Send unless the connection is gone (its consumer's deliveries are given back on close)."""
-    if not conn.closed:
-        try:
-            conn.send_nowait(frame)
-        except ConnectionClosed:
-            pass
+        send(conn, error_frame(code, why, frame.get("c")))
