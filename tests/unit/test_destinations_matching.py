@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+from hybridmq.api.ranges import RangeSet
 from hybridmq.broker.destinations.delivery import ConsumerLink, DeliveryState, pop_redelivery
 from hybridmq.broker.destinations.matching import make_matcher
-from hybridmq.broker.destinations.ranges import RangeSet
 
 
 def test_exact_glob_regex() -> None:

@@ -13,75 +13,41 @@ them at a time (a repeat of a forgotten one is handed out again: a duplicate, ne
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from collections.abc import Iterable
 
+from hybridmq.api.ranges import RangeSet
 from hybridmq.client.message import Message
 
 
 class OffsetRuns:
-    """A set of offsets kept as sorted, disjoint, non-adjacent runs ``[start, end]``."""
+    """A set of offsets (``RangeSet``: sorted, disjoint, merged runs) of at most ``capacity`` runs."""
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
-        self._starts: list[int] = []
-        self._ends: list[int] = []
+        self._runs = RangeSet()
 
     def __contains__(self, offset: int) -> bool:
-        i = bisect_right(self._starts, offset) - 1
-        return i >= 0 and offset <= self._ends[i]
+        return offset in self._runs
 
     def __len__(self) -> int:
         """The number of runs."""
-        return len(self._starts)
+        return len(self._runs)
 
     def add(self, offset: int) -> None:
-        starts, ends = self._starts, self._ends
-        if ends and ends[-1] == offset - 1:  # the common case: the next offset in order
-            ends[-1] = offset
-            return
-        i = bisect_right(starts, offset) - 1
-        if i >= 0 and offset <= ends[i]:
-            return
-        joins_left = i >= 0 and ends[i] == offset - 1
-        joins_right = i + 1 < len(starts) and starts[i + 1] == offset + 1
-        if joins_left and joins_right:
-            ends[i] = ends[i + 1]
-            del starts[i + 1], ends[i + 1]
-        elif joins_left:
-            ends[i] = offset
-        elif joins_right:
-            starts[i + 1] = offset
-        else:
-            starts.insert(i + 1, offset)
-            ends.insert(i + 1, offset)
-            self._bound()
+        self._runs.add(offset, offset)
+        self._bound()
 
     def discard(self, offset: int) -> None:
-        i = bisect_right(self._starts, offset) - 1
-        if i < 0 or offset > self._ends[i]:
-            return
-        start, end = self._starts[i], self._ends[i]
-        if start == end:
-            del self._starts[i], self._ends[i]
-        elif offset == start:
-            self._starts[i] = offset + 1
-        elif offset == end:
-            self._ends[i] = offset - 1
-        else:
-            self._ends[i] = offset - 1
-            self._starts.insert(i + 1, offset + 1)
-            self._ends.insert(i + 1, end)
-            self._bound()
+        self._runs.remove(offset, offset)
+        self._bound()
 
     def _bound(self) -> None:
-        excess = len(self._starts) - self.capacity
+        excess = len(self._runs) - self.capacity
         if excess > 0:  # forget the lowest runs, an eighth at a time (not one list shift per add)
-            drop = max(excess, self.capacity // 8)
-            del self._starts[:drop], self._ends[:drop]
+            self._runs.drop_first(max(excess, self.capacity // 8))
 
     def runs(self) -> list[tuple[int, int]]:
-        return list(zip(self._starts, self._ends, strict=True))
+        return list(self._runs)
 
 
 class HandedOut:

@@ -40,9 +40,9 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
+from hybridmq.api.ranges import RangeSet
 from hybridmq.broker.destinations.batch_payload import split_spans
 from hybridmq.broker.destinations.matching import Matcher
-from hybridmq.broker.destinations.ranges import RangeSet
 
 
 @dataclass(eq=False)

@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from hybridmq.api.frames import BatchFlag, ErrorCode, is_reserved
+from hybridmq.api.ranges import RangeSet
 from hybridmq.broker.destinations.batch_payload import check_records
 from hybridmq.broker.destinations.delivery import ConsumerLink, DeliveryState, Pending
-from hybridmq.broker.destinations.ranges import RangeSet
 from hybridmq.broker.log.control import ControlRecord, TxDecision, TxEnd, TxPrepare
 from hybridmq.broker.mm.commit_error import CommitError
 from hybridmq.broker.mm.storage import PartitionStorage

@@ -3,7 +3,9 @@
 Queues acknowledge messages one by one and out of order (competing consumers), so what is
 acknowledged above a queue's cursor, and what of one delivery is still outstanding, are sets of
 offsets. Acknowledgements mostly arrive in runs, so intervals keep them small: a slow consumer
-holding five messages while others acknowledge thousands past them makes three intervals.
+holding five messages while others acknowledge thousands past them makes three intervals. The
+broker keeps its cursors in them and a consumer what it handed to its application
+(``hybridmq.client.redelivery``): here, so that both use one implementation (stdlib only).
 """
 
 from __future__ import annotations
@@ -50,6 +52,9 @@ class RangeSet:
     def add(self, first: int, last: int) -> None:
         """Add ``[first, last]``, merging it with the intervals it touches or overlaps."""
         firsts, lasts = self._firsts, self._lasts
+        if firsts and firsts[-1] <= first <= lasts[-1] + 1:  # the common case: in order, at the end
+            lasts[-1] = max(lasts[-1], last)
+            return
         lo = bisect.bisect_left(lasts, first - 1)  # first interval that could touch
         hi = bisect.bisect_right(firsts, last + 1)  # past the last one that could
         if lo < hi:
@@ -83,6 +88,11 @@ class RangeSet:
         if i < len(self._firsts) and self._firsts[i] <= limit:
             return self._firsts[i] - 1
         return limit
+
+    def drop_first(self, n: int) -> None:
+        """Forget the ``n`` lowest intervals."""
+        del self._firsts[:n]
+        del self._lasts[:n]
 
     def drop_below(self, low: int) -> None:
         """Forget the intervals that end below ``low``."""
