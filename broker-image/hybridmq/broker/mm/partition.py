@@ -49,7 +49,6 @@ from collections.abc import Callable
 from typing import Any
 
 from hybridmq.api.frames import (
-    DMQ_DESTINATION,
     BatchFlag,
     ErrorCode,
     FrameType,
@@ -57,24 +56,13 @@ from hybridmq.api.frames import (
     is_reserved,
 )
 from hybridmq.broker.destinations.batch_payload import (
-    StoredBatch,
     check_records,
     pack_payload,
 )
 from hybridmq.broker.destinations.delivery import ConsumerLink, DeliveryState
-from hybridmq.broker.destinations.matching import make_matcher
 from hybridmq.broker.flow import BacklogGate
 from hybridmq.broker.log.control import (
-    AckRanges,
     ControlRecord,
-    CursorCommit,
-    DeliveredThrough,
-    ReaderCursor,
-    Redelivery,
-    TxDecision,
-    TxEnd,
-    TxPrepare,
-    decode_control,
     encode_control,
 )
 from hybridmq.broker.log.errors import (
@@ -85,6 +73,7 @@ from hybridmq.broker.log.errors import (
 )
 from hybridmq.broker.mm.attached import AttachedProducers
 from hybridmq.broker.mm.commit_error import CommitError
+from hybridmq.broker.mm.cursor_recovery import recover_cursors
 from hybridmq.broker.mm.delivery_engine import DeliveryEngine, outstanding, send
 from hybridmq.broker.mm.storage import PartitionStorage
 from hybridmq.broker.replication import (
@@ -185,76 +174,12 @@ class PartitionHost:
 
     # -- lifecycle -------------------------------------------------------------------------------
     def recover(self) -> None:
-        """Rebuild queue and durable cursors from the control records and data in the log."""
-        snaps: dict[str, list[Any]] = {}  # key -> [lw, ack ranges, delivered through, {offset: count}]
-        moved: list[tuple[str, int, int]] = []  # (state key, first, last) moved from here to _DMQ
-        for batch in self.storage.scan(0):
-            if batch.control:
-                self.storage.note_control(batch.base, batch.n)
-                for rec in decode_control(batch.blob):
-                    if isinstance(rec, CursorCommit):
-                        snaps.setdefault(rec.subscription, [0, (), 0, {}])[0] = rec.offset
-                    elif isinstance(rec, AckRanges):
-                        snaps.setdefault(rec.subscription, [0, (), 0, {}])[1] = rec.ranges
-                    elif isinstance(rec, DeliveredThrough):
-                        snap = snaps.setdefault(rec.subscription, [0, (), 0, {}])
-                        snap[2] = max(snap[2], rec.offset)
-                    elif isinstance(rec, Redelivery):
-                        counts = snaps.setdefault(rec.subscription, [0, (), 0, {}])[3]
-                        for offset in range(rec.offset, rec.offset + rec.count):
-                            counts[offset] = max(counts.get(offset, 0), rec.attempt)
-                    elif isinstance(rec, ReaderCursor):
-                        self.readers[rec.reader] = rec.offset
-                    elif isinstance(rec, TxPrepare | TxDecision | TxEnd):
-                        self.tx.observe(rec, batch.base)
-                continue
-            self.tx.observe_data(batch.extra)
-            origin = self._moved_from(batch)
-            if origin is not None:
-                moved.append(origin)
-            if not is_reserved(batch.dest):
-                self.data_end = batch.next_offset
-            if batch.dest.startswith("queue:") and ("q:" + batch.dest) not in self.states:
-                self.delivery.queue_state(batch.dest, batch.base)
-        for key, (lw, ranges, through, counts) in snaps.items():
-            state = self.states.get(key)
-            if state is None:
-                if key.startswith("q:"):
-                    state = self.delivery.queue_state(key[2:], 0)
-                elif key.startswith("d:"):
-                    _, _, pattern = key[2:].partition("|")
-                    mode, _, pat = pattern.partition("|")
-                    state = DeliveryState(key, make_matcher(pat, mode), 0, False, True)
-                    self.states[key] = state
-                else:
-                    continue
-            state.restore(lw, ranges, through, counts.items())
-        # A move to _DMQ is its own batch, the acknowledgement at its origin a later cursor record:
-        # a primary lost between the two left records that are in _DMQ yet unacknowledged, which
-        # this one would move (or deliver) once more. The move itself says what it settled.
-        for key, first, last in moved:
-            state = self.states.get(key)
-            if state is None and key.startswith("q:"):
-                state = self.delivery.queue_state(key[2:], 0)
-            if state is not None:
-                state.mark_acked(first, last)
-        self.tx.recovered()
-        self.storage.visible_end = self.storage.end_offset
+        """Rebuild queue and durable cursors, delivery counts, reader cursors and open transactions
+        from the log (``cursor_recovery``); everything in it becomes visible."""
+        self.data_end = recover_cursors(self.name, self.storage, self.delivery, self.tx, self.readers)
         log.info(
             "partition %s recovered: end=%d states=%d", self.name, self.storage.end_offset, len(self.states)
         )
-
-    def _moved_from(self, batch: StoredBatch) -> tuple[str, int, int] | None:
-        """``(state key, first, last)`` of the records a ``_DMQ`` batch of this log moved here
-        (``_to_dmq``), or None for any other batch."""
-        if not batch.flags & BatchFlag.DMQ or batch.dest != DMQ_DESTINATION or not batch.extra:
-            return None
-        partition, _, first = str(batch.extra.get("from") or "").rpartition(":")
-        orig = str(batch.extra.get("orig") or "")
-        if partition != self.name or not first.isdigit():
-            return None
-        key = str(batch.extra.get("sub") or ("q:" + orig if orig.startswith("queue:") else ""))
-        return (key, int(first), int(first) + batch.n - 1) if key else None
 
     def start(self) -> None:
         self._tasks.append(asyncio.create_task(self._produce_worker()))
