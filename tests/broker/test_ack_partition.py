@@ -14,20 +14,11 @@ from pathlib import Path
 import pytest
 
 from hybridmq.client import Consumer, Producer
-from hybridmq.client.message import Message
 from hybridmq.local.runner import LocalCluster
+from receiving import receive_n
 
 QUEUE = "queue:ackroute"
 PARTITIONS = ("fixed-0-0", "fixed-0-1")
-
-
-async def _receive(c: Consumer, n: int) -> list[Message]:
-    got = []
-    for _ in range(n):
-        m = await c.receive(timeout=10)
-        assert isinstance(m, Message)
-        got.append(m)
-    return got
 
 
 @pytest.mark.parametrize("acked", PARTITIONS)
@@ -39,7 +30,7 @@ async def test_an_ack_settles_only_its_own_partition(tmp_path: Path, acked: str)
             await producer.close()
 
         first = await Consumer.connect(cluster.bootstrap, QUEUE, auto_ack=False)
-        got = await _receive(first, 2)
+        got = await receive_n(first, 2)
         assert sorted(m.partition for m in got) == sorted(PARTITIONS)
         assert got[0].offset == got[1].offset, "the test needs the same offset in both partitions"
         confirmation = first.ack(next(m for m in got if m.partition == acked))
@@ -48,7 +39,7 @@ async def test_an_ack_settles_only_its_own_partition(tmp_path: Path, acked: str)
         await first.close()
 
         second = await Consumer.connect(cluster.bootstrap, QUEUE, auto_ack=False)
-        again = await _receive(second, 1)
+        again = await receive_n(second, 1)
         assert [m.partition for m in again] != [acked], f"the acknowledged message of {acked} came again"
         assert again[0].redelivered
         with pytest.raises(TimeoutError):

@@ -29,6 +29,7 @@ from hybridmq.broker.assignment_source import StaticAssignmentSource
 from hybridmq.broker.auth import cluster_secret
 from hybridmq.client import ClientError, Consumer, Message, Producer
 from hybridmq.local.runner import LocalCluster, wait_port
+from receiving import receive_until_quiet
 
 QUEUE = "queue:routed"
 MESSAGES = 300
@@ -37,22 +38,17 @@ QUIET_S = 5.0
 
 async def _drain(bootstrap: str) -> list[int]:
     """The offsets a fresh consumer gets within a few seconds, each acknowledged and confirmed."""
-    got: list[int] = []
     consumer = await Consumer.connect(bootstrap, QUEUE, auto_ack=False)
+
+    async def acknowledged(msg: Message) -> None:
+        confirmation = consumer.ack(msg)
+        assert confirmation is not None
+        await asyncio.wait_for(confirmation, 30)
+
     try:
-        while True:
-            try:
-                msg = await consumer.receive(timeout=3.0)
-            except TimeoutError:
-                break
-            assert isinstance(msg, Message)
-            got.append(msg.offset)
-            confirmation = consumer.ack(msg)
-            assert confirmation is not None
-            await asyncio.wait_for(confirmation, 30)
+        return [msg.offset for msg in await receive_until_quiet(consumer, 3.0, acknowledged)]
     finally:
         await consumer.close()
-    return got
 
 
 @pytest.fixture

@@ -18,15 +18,14 @@ from failover_workload import FencedPrimary
 
 from hybridmq.client import ClientError, Consumer, Message, Producer
 from hybridmq.local.runner import LocalCluster
+from receiving import receive_n
 
 QUEUE = "queue:fenced"
 STALL_S = 5.0  # the 1 s lease lapses about 1 s in: ~4 s fenced
 
 
 async def _receive(consumer: Consumer) -> Message:
-    msg = await consumer.receive(timeout=30)
-    assert isinstance(msg, Message)
-    return msg
+    return (await receive_n(consumer, 1, timeout=30))[0]
 
 
 async def _confirmed(answer: asyncio.Future[object]) -> bool:

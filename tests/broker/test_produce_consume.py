@@ -6,15 +6,7 @@ import asyncio
 
 from hybridmq.client import Consumer, Message, Producer, admin
 from hybridmq.local.runner import LocalCluster
-
-
-async def drain(consumer: Consumer, n: int, timeout: float = 10.0) -> list[Message]:  # noqa: ASYNC109
-    out: list[Message] = []
-    while len(out) < n:
-        m = await consumer.receive(timeout=timeout)
-        assert isinstance(m, Message)
-        out.append(m)
-    return out
+from receiving import receive_n
 
 
 async def test_topic_every_subscription_gets_every_message(cluster: LocalCluster) -> None:
@@ -25,7 +17,7 @@ async def test_topic_every_subscription_gets_every_message(cluster: LocalCluster
     assert [x.offset for x in acks] == sorted(x.offset for x in acks)
     assert len({x.partition for x in acks}) == 1 and acks[0].partition.startswith("fixed-")
     for c in (a, b):
-        got = await drain(c, 50)
+        got = await receive_n(c, 50)
         assert [m.value for m in got] == [f"n{i}".encode() for i in range(50)]
         assert {m.id for m in got} == {f"{x.partition}:{x.offset}" for x in acks}
         await c.close()
@@ -38,7 +30,7 @@ async def test_topic_from_many_producers_and_partitions(cluster: LocalCluster) -
     await asyncio.gather(
         *(p.send("topic:fanin", f"{i}-{j}".encode()) for i, p in enumerate(producers) for j in range(25))
     )
-    got = await drain(c, 100)
+    got = await receive_n(c, 100)
     assert sorted(m.value for m in got) == sorted(f"{i}-{j}".encode() for i in range(4) for j in range(25))
     for i in range(4):  # per-producer order holds
         mine = [m.value for m in got if m.value.startswith(f"{i}-".encode())]
@@ -90,8 +82,8 @@ async def test_wildcard_glob_and_regex_pick_up_new_destinations(cluster: LocalCl
         # destinations that did not exist when the subscriptions were made
         for dest in ("topic:metrics.cpu", "topic:metrics.disk", "topic:metrics.net", "topic:other"):
             await p.send(dest, dest.encode())
-    got_g = {m.destination for m in await drain(g, 3)}
-    got_r = {m.destination for m in await drain(r, 2)}
+    got_g = {m.destination for m in await receive_n(g, 3)}
+    got_r = {m.destination for m in await receive_n(r, 2)}
     assert got_g == {"topic:metrics.cpu", "topic:metrics.disk", "topic:metrics.net"}
     assert got_r == {"topic:metrics.cpu", "topic:metrics.disk"}
     await g.close()
@@ -103,7 +95,7 @@ async def test_wildcard_queue_consumer(cluster: LocalCluster) -> None:
     async with await Producer.connect(cluster.bootstrap) as p:
         await p.send("queue:tasks.a", b"a")
         await p.send("queue:tasks.b", b"b")
-    got = await drain(c, 2)
+    got = await receive_n(c, 2)
     assert sorted(m.value for m in got) == [b"a", b"b"]
     await c.close()
 
@@ -112,13 +104,13 @@ async def test_durable_subscription_resumes_after_reconnect(cluster: LocalCluste
     c = await Consumer.connect(cluster.bootstrap, "topic:audit", durable="auditor")
     async with await Producer.connect(cluster.bootstrap, partition_type="fixed", key="audit") as p:
         await p.send("topic:audit", b"a1")
-        assert [m.value for m in await drain(c, 1)] == [b"a1"]
+        assert [m.value for m in await receive_n(c, 1)] == [b"a1"]
         await c.close()
         await asyncio.sleep(0.3)
         await p.send("topic:audit", b"a2")  # sent while the durable subscriber is away
         await p.send("topic:audit", b"a3")
     c = await Consumer.connect(cluster.bootstrap, "topic:audit", durable="auditor")
-    assert [m.value for m in await drain(c, 2)] == [b"a2", b"a3"]
+    assert [m.value for m in await receive_n(c, 2)] == [b"a2", b"a3"]
     await c.close()
 
 

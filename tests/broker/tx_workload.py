@@ -19,6 +19,7 @@ import pytest
 
 from hybridmq.client import ClientError, Consumer, Fetcher, Producer, Session
 from hybridmq.local.runner import LocalCluster
+from receiving import receive_until_quiet
 
 
 def spread(cluster: LocalCluster) -> tuple[str, str, str]:
@@ -51,13 +52,7 @@ async def stored(cluster: LocalCluster, partition: str, destination: str) -> lis
 
 async def drain(consumer: Consumer, quiet_s: float = 1.5) -> list[str]:
     """Everything ``consumer`` receives until nothing came for ``quiet_s``."""
-    got: list[str] = []
-    while True:
-        try:
-            msg = await consumer.receive(timeout=quiet_s)
-        except TimeoutError:
-            return got
-        got.append(msg.value.decode())
+    return [msg.value.decode() for msg in await receive_until_quiet(consumer, quiet_s)]
 
 
 @contextmanager

@@ -126,7 +126,13 @@ def test_fixed_partitions_are_moved_apart_once_there_are_two_zones_and_the_statu
 
     cond = wait_for(short, 60, "ReplicasSpreadAcrossDomains=False (NotEnoughDomains)")
     assert cond["status"] == "False" and "only 1 failure domains" in cond["message"], cond
-    assert all(len(set(r)) == 2 for r in fixed_replicas(kube).values())
+    # Two replicas each, on different MMs, once the planner has placed every second copy (a
+    # partition turns Active with its primary; its backup may come a round later).
+    wait_for(
+        lambda: all(len(set(r)) == 2 for r in fixed_replicas(kube).values()) or None,
+        60,
+        "two replicas on different MMs for every fixed partition",
+    )
     together = [n for n, r in fixed_replicas(kube).items() if len({nodes[m] for m in r}) == 1]
     assert together, f"no fixed partition with both replicas on one node: {fixed_replicas(kube)} {nodes}"
 
