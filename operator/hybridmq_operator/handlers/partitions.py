@@ -383,13 +383,16 @@ async def reconcile_round(
             result = replace(result, changes=kept)
         outcome = await asyncio.to_thread(apply_plan, settings, result, current, cluster_ref(body), rec.pool)
         if len(result.changes) >= 20 or outcome.failovers:
+            # Why each MM counted as lost: a failover nobody expected is explained by the log.
+            lost = ", ".join(f"{m.name}: {m.lost_reason}" for m in state.message_managers if not m.alive)
             logger.info(
-                "round: %d changes (%d failovers) planned in %.3fs, applied in %.3fs, %d conflicts",
+                "round: %d changes (%d failovers) planned in %.3fs, applied in %.3fs, %d conflicts%s",
                 len(result.changes),
                 len(outcome.failovers),
                 t_planned - t_observed,
                 time.monotonic() - t_planned,
                 outcome.conflicts,
+                f"; lost: {lost}" if lost else "",
             )
         rec.remember(outcome)
         written_at = time.monotonic()
