@@ -27,13 +27,6 @@ from hybridmq.local.runner import LocalCluster
 DEST = "queue:gc"
 
 
-async def _consume_then_close(load: ConsumerLoad, stop: asyncio.Event) -> None:
-    try:
-        await load.run(stop)
-    finally:
-        await load.consumer.close()
-
-
 async def _kill_under_load(
     cluster: LocalCluster,
     reader: StreamReader,
@@ -52,7 +45,7 @@ async def _kill_under_load(
     movers = [ld for ld in loads if ld.producer.partition == victim_partition]
     consumer = ConsumerLoad(await Consumer.connect(cluster.bootstrap, DEST))
     stop_consuming, stop_producing = asyncio.Event(), asyncio.Event()
-    consuming = [asyncio.create_task(_consume_then_close(consumer, stop_consuming))]
+    consuming = [asyncio.create_task(consumer.run(stop_consuming))]
     producing = [asyncio.create_task(ld.run(DEST, stop_producing, window=40, pause=0.002)) for ld in loads]
     await asyncio.sleep(1.5)
     await reader.catch_up(fetcher)  # the stream's last micro-batch before it is stopped
