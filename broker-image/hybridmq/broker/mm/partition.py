@@ -41,11 +41,12 @@ watermark: ``control_waiter``) by one group-commit task, the control committer:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from hybridmq.api.frames import (
@@ -100,6 +101,16 @@ _REFUSED: tuple[tuple[type[Exception], ErrorCode], ...] = (
 
 class _NotWritable(Exception):
     """A produce to a partition that takes no writes (draining): PARTITION_NOT_WRITABLE."""
+
+
+@contextlib.contextmanager
+def _as_commit_error() -> Iterator[None]:
+    """A primary that may not write (stepped down, lease lost) as ``CommitError`` (NOT_PRIMARY):
+    how the broker's own writes fail, so that their callers retry once the lease is back."""
+    try:
+        yield
+    except NotPrimaryError as exc:
+        raise CommitError(ErrorCode.NOT_PRIMARY, str(exc)) from None
 
 
 def _never() -> bool:
@@ -246,10 +257,8 @@ class PartitionHost:
         ``CommitError``: not stepped down (demoted, closed) and the lease valid. A superseded
         primary learns of its successor only once its lease is back (the lease waits for the newest
         table), so until then a record it wrote could be one a new primary never has."""
-        try:
+        with _as_commit_error():
             self.leader.ensure_writable()
-        except NotPrimaryError as exc:
-            raise CommitError(ErrorCode.NOT_PRIMARY, str(exc)) from None
 
     async def _lease_settled(self) -> None:
         """``_may_write``, giving a table update in flight (the lease waits for this MM to apply
@@ -289,7 +298,8 @@ class PartitionHost:
                 self.leader.check_append(epoch, producer_id, base_sequence)  # its refusal first
                 raise _NotWritable(f"{self.name} takes no writes")
         now = int(time.time() * 1000)
-        try:
+        # A producer's refusal is answered by ``_append_one``; the broker's own is a CommitError.
+        with _as_commit_error() if request is None else contextlib.nullcontext():
             result = self.leader.append(
                 pack_payload(dest, flags, expiry, extra, blob),
                 count,
@@ -299,10 +309,6 @@ class PartitionHost:
                 base_sequence=base_sequence,
                 timestamp=now,
             )
-        except NotPrimaryError as exc:
-            if request is not None:
-                raise  # a producer's: answered NOT_PRIMARY by ``_append_one``
-            raise CommitError(ErrorCode.NOT_PRIMARY, str(exc)) from None
         self.storage.appended(result, dest, count, blob, flags, expiry, extra, now)
         base, last, dup = result.base_offset, result.last_offset, result.duplicate
         if not dup:
@@ -316,10 +322,10 @@ class PartitionHost:
         """Append control records (cursors, delivery counts, reader cursors), fenced like every
         append (``CommitError`` while this primary may not write); committed by the next flush."""
         payload, count = encode_control(records)
-        self._may_write()
-        result = self.leader.append(
-            payload, count, epoch=None, control=True, timestamp=int(time.time() * 1000)
-        )
+        with _as_commit_error():
+            result = self.leader.append(
+                payload, count, epoch=None, control=True, timestamp=int(time.time() * 1000)
+            )
         self.storage.note_control(result.base_offset, count)
 
     def wake_consumers(self) -> None:
