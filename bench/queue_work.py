@@ -68,7 +68,8 @@ async def run(bootstrap: str, args: argparse.Namespace) -> dict[str, float]:
         for i, (c, t) in enumerate(zip(consumers, times, strict=True))
     ]
     await asyncio.gather(*(producer.send(QUEUE, b"job-%d" % i) for i in range(args.messages)))
-    await asyncio.wait_for(asyncio.gather(*tasks), args.timeout)
+    async with asyncio.timeout(args.timeout):
+        await asyncio.gather(*tasks)
     for c in consumers:
         await c.commit()  # every acknowledgement confirmed
     elapsed = time.monotonic() - start

@@ -47,7 +47,8 @@ async def _one(
             left = interval - (time.monotonic() - started)
             if left > 0:
                 try:
-                    await asyncio.wait_for(stop.wait(), left)
+                    async with asyncio.timeout(left):
+                        await stop.wait()
                 except TimeoutError:
                     pass
     finally:

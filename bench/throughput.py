@@ -96,7 +96,8 @@ async def run(
         if sent % 512 == 0:
             await asyncio.sleep(0)
     await producer.flush()
-    await asyncio.wait_for(done.wait(), 120)
+    async with asyncio.timeout(120):
+        await done.wait()
     elapsed = time.monotonic() - start
     await task
     await producer.close()

@@ -272,7 +272,8 @@ class LoadRunner:
                 delay = next_round - loop.time()
                 if delay > 0:
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._stop_producing.wait(), delay)
+                        async with asyncio.timeout(delay):
+                            await self._stop_producing.wait()
                 else:
                     next_round = loop.time()
             self.state.update_producer(spec.name, status="stopped")
@@ -284,7 +285,8 @@ class LoadRunner:
         finally:
             log.close()
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(producer.close(), 5)
+                async with asyncio.timeout(5):
+                    await producer.close()
 
     # -------------------------------------------------------------------------------- consumers
     async def _open_consumer(self, index: int) -> Consumer:
@@ -321,7 +323,8 @@ class LoadRunner:
                         raise StepFailed(f"consumer {index} lost its connection: {describe(exc)}") from None
                     self.tracker.note(f"consumer {index}: {describe(exc)}; the demo app resubscribes")
                     with contextlib.suppress(Exception):
-                        await asyncio.wait_for(consumer.close(), 2)
+                        async with asyncio.timeout(2):
+                            await consumer.close()
                     await asyncio.sleep(0.5)
                     with contextlib.suppress(Exception):
                         consumer = await self._open_consumer(index)
@@ -333,7 +336,8 @@ class LoadRunner:
             self.failures.append(str(exc) if isinstance(exc, StepFailed) else describe(exc))
         finally:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(consumer.close(), 5)
+                async with asyncio.timeout(5):
+                    await consumer.close()
 
     # ------------------------------------------------------------------------ main-thread API
     def acked_count(self) -> int:

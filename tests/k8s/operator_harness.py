@@ -288,10 +288,21 @@ def wait_cluster_up(kube: Kube, name: str, mms: int, cms: int, timeout: float = 
     wait_for(lambda: len(kube.ready_pods("mm")) == mms or None, timeout, f"{mms} MM pods Ready")
     wait_for(lambda: len(kube.ready_pods("cm")) == cms or None, timeout, f"{cms} CM pods Ready")
 
+    spec = kube.cluster(name)["spec"]["partitions"]
+    fixed = int(spec["fixed"]["count"])
+    per_mm = int((spec.get("onDemand") or {}).get("perMessageManager", 0))
+
     def placed() -> bool:
+        # The operator creates a round's partitions in parallel: wait for every one the spec asks
+        # for, not only for those that happen to exist already.
         parts = kube.partitions()
-        active = [p for p in parts if (p.get("status") or {}).get("state") == "Active"]
-        return len(active) == len(parts) and len(parts) > 0
+        states = [(p.get("status") or {}).get("state") for p in parts]
+        if not parts or any(s != "Active" for s in states):
+            return False
+        if sum(p["spec"]["type"] == "fixed" for p in parts) < fixed:
+            return False
+        on_demand = [p["status"].get("primary") for p in parts if p["spec"]["type"] == "on-demand"]
+        return all(on_demand.count(mm) >= per_mm for mm in kube.ready_pods("mm"))
 
     wait_for(placed, timeout, "every Partition Active")
 

@@ -29,6 +29,7 @@ class FakeCM:
 
     def __init__(self) -> None:
         self.connections = 0
+        self.answer_pings = True  # False: a hung CM (a PING waits for its PONG until cancelled)
         self.writers: list[asyncio.StreamWriter] = []
         self.server: asyncio.Server | None = None
 
@@ -61,6 +62,8 @@ class FakeCM:
                 if t == FrameType.HELLO:
                     answer: dict[str, Any] = {"t": FrameType.HELLO_OK, "node": "fake", "session": "s"}
                 elif t == FrameType.PING:
+                    if not self.answer_pings:
+                        continue
                     answer = {"t": FrameType.PONG, "r": frame["c"]}
                 elif t == FrameType.OPEN_PRODUCER:
                     answer = {"t": FrameType.OK, "r": frame["c"], "partition": "p-0", "producer_id": "7"}
@@ -166,3 +169,25 @@ def test_asyncio_run_leaves_no_pending_task_and_one_warning_per_unclosed_client(
     unclosed = sorted(str(w.message) for w in caught if issubclass(w.category, ResourceWarning))
     assert [w.split(" (")[0] for w in unclosed] == ["Unclosed Consumer", "Unclosed Producer"], unclosed
     assert fake_cm_thread.connections == 4  # no reconnection at shutdown
+
+
+@pytest.mark.parametrize("ticks", range(8))
+async def test_the_keepalive_ends_when_cancelled_as_its_ping_fails(fake_cm: FakeCM, ticks: int) -> None:
+    """The event loop shutting down cancels every task once (``asyncio.run``, pytest-asyncio): a
+    keepalive whose PING failed in the same few loop iterations - the CM went away as the program
+    ended - must still end, not go on pinging a dead connection for ever."""
+    cm = fake_cm
+    cm.answer_pings = False
+    consumer = await Consumer.connect(
+        cm.address, "queue:q", keepalive_s=0.01, keepalive_timeout_s=30, reconnect=False
+    )
+    keepalive = consumer.session._keepalive
+    assert keepalive is not None
+    await asyncio.sleep(0.1)  # a PING is in flight, unanswered
+    cm.drop_all()
+    for _ in range(ticks):
+        await asyncio.sleep(0)
+    keepalive.cancel()
+    done, _ = await asyncio.wait([keepalive], timeout=2)
+    assert done, f"the keepalive ignored its cancellation {ticks} loop iterations after the CM went away"
+    consumer.abort()

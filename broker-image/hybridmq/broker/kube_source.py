@@ -112,7 +112,8 @@ class KubeAssignmentSource(AssignmentSource):
             self._threads.append(thread)
             thread.start()
         try:
-            await asyncio.wait_for(asyncio.gather(*(e.wait() for e in self._synced.values())), sync_timeout_s)
+            async with asyncio.timeout(sync_timeout_s):
+                await asyncio.gather(*(e.wait() for e in self._synced.values()))
         except TimeoutError:
             LOG.warning("assignment source: no initial listing after %.1fs, continuing", sync_timeout_s)
 

@@ -147,9 +147,8 @@ class LeaseRenewer:
         body = self._body(time.time())
         loop = asyncio.get_running_loop()
         try:
-            await asyncio.wait_for(
-                loop.run_in_executor(self._executor, self._write, body), self.request_timeout_s
-            )
+            async with asyncio.timeout(self.request_timeout_s):
+                await loop.run_in_executor(self._executor, self._write, body)
         except Exception as exc:
             self.failures += 1
             self.last_error = f"{type(exc).__name__}: {exc}"

@@ -84,16 +84,16 @@ async def speaks_tls(host: str, port: int, timeout: float = TLS_PROBE_TIMEOUT_S)
     ctx.check_hostname = False
     ctx.verify_mode = _ssl.CERT_NONE
     try:
-        _, writer = await asyncio.wait_for(
-            asyncio.open_connection(host, port, ssl=ctx, server_hostname=host), timeout
-        )
+        async with asyncio.timeout(timeout):
+            _, writer = await asyncio.open_connection(host, port, ssl=ctx, server_hostname=host)
     except _ssl.SSLError as exc:  # a TLS alert (e.g. a client certificate required) is TLS too
         return "ALERT" in str(exc.reason or "").upper()
     except (OSError, TimeoutError, EOFError):
         return False
     writer.close()
     try:
-        await asyncio.wait_for(writer.wait_closed(), 1.0)
+        async with asyncio.timeout(1.0):
+            await writer.wait_closed()
     except (OSError, TimeoutError, _ssl.SSLError):
         pass
     return True
@@ -170,7 +170,8 @@ async def connect(
         async def attempt(address: str) -> tuple[Connection, dict[str, Any]]:
             host, port = parse_bootstrap(address)[0]
             try:
-                return await asyncio.wait_for(transport.open(host, port, dict(hello), "client"), timeout)
+                async with asyncio.timeout(timeout):
+                    return await transport.open(host, port, dict(hello), "client")
             except RemoteError as exc:
                 raise _refusal(exc) from None
             except (ConnectionClosed, ProtocolError, _ssl.SSLError) as exc:
@@ -192,7 +193,8 @@ async def connect(
     busy: ClientError | None = None
     for host, port in parse_bootstrap(bootstrap):
         try:
-            return await asyncio.wait_for(transport.open(host, port, dict(hello), "client"), timeout)
+            async with asyncio.timeout(timeout):
+                return await transport.open(host, port, dict(hello), "client")
         except RemoteError as exc:
             refusal = _refusal(exc)
             if not isinstance(refusal, _Busy):

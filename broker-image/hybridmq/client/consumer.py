@@ -419,7 +419,8 @@ class Consumer(SessionClient):
             if self.session.ended:
                 raise self._ended_error()
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            frame = await asyncio.wait_for(self._frames.get(), left)
+            async with asyncio.timeout(left):
+                frame = await self._frames.get()
             if frame is not None:
                 return frame
             # None: a connection ended (checked above); a replacement may be on its way
@@ -432,7 +433,8 @@ class Consumer(SessionClient):
     async def _next_chunk(self, sid: str) -> dict[str, Any]:
         while True:
             try:
-                frame = await asyncio.wait_for(self._frames.get(), self.chunk_timeout_s)
+                async with asyncio.timeout(self.chunk_timeout_s):
+                    frame = await self._frames.get()
             except TimeoutError:
                 raise StreamError(
                     f"stream {sid!r}: no chunk for {self.chunk_timeout_s:.0f} s (given to another "
@@ -530,7 +532,8 @@ class Consumer(SessionClient):
                 self._finish_current()
             self._flush_acks()  # before the UNSUBSCRIBE gives back what they acknowledge
             try:
-                await asyncio.wait_for(conn.request({"t": FrameType.UNSUBSCRIBE, "s": self.sub}), 5)
+                async with asyncio.timeout(5):
+                    await conn.request({"t": FrameType.UNSUBSCRIBE, "s": self.sub})
             except Exception:
                 pass
         self.session.close()

@@ -82,9 +82,8 @@ class DirectoryClient:
                 "app": LOOKUP_APP,
             }
             try:
-                conn, _ = await asyncio.wait_for(
-                    self.transport.open(host or "127.0.0.1", int(port), hello, "directory"), self.timeout_s
-                )
+                async with asyncio.timeout(self.timeout_s):
+                    conn, _ = await self.transport.open(host or "127.0.0.1", int(port), hello, "directory")
             except RemoteError as exc:
                 from hybridmq.client.connection import ClientError
 

@@ -281,7 +281,8 @@ class Session:
             if conn.closed:
                 continue
             try:
-                await asyncio.wait_for(conn.request({"t": FrameType.PING}, timeout=None), timeout_s)
+                async with asyncio.timeout(timeout_s):
+                    await conn.request({"t": FrameType.PING}, timeout=None)
             except TimeoutError:
                 if conn is self.conn and not self.closing:
                     log.warning("CM %s did not answer a PING in %.1fs: failing over", conn.name, timeout_s)

@@ -512,7 +512,8 @@ class LocalController:
         wait = min(float(request.query.get("wait", "0")), 30.0)
         if self.version <= after and wait > 0 and self._changed is not None:
             try:
-                await asyncio.wait_for(self._changed.wait(), wait)
+                async with asyncio.timeout(wait):
+                    await self._changed.wait()
             except TimeoutError:
                 pass
         return web.json_response(self.table())

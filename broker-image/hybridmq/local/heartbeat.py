@@ -125,7 +125,8 @@ class Heartbeat:
         while True:
             self._wake.clear()
             try:
-                await asyncio.wait_for(self._wake.wait(), self.interval_s)
+                async with asyncio.timeout(self.interval_s):
+                    await self._wake.wait()
             except TimeoutError:
                 pass
             await self.beat()

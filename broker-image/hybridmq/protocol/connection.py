@@ -108,7 +108,8 @@ class Connection:
     async def request(self, frame: Frame, timeout: float | None = 30.0) -> Any:  # noqa: ASYNC109
         fut = self.request_nowait(frame)
         await self.drain()
-        return await asyncio.wait_for(fut, timeout)
+        async with asyncio.timeout(timeout):
+            return await fut
 
     def reply(self, request: Frame, frame: Frame) -> None:
         frame["r"] = request.get("c")
@@ -162,7 +163,8 @@ class Connection:
             log.warning("%s: protocol error from %s: %s", self.name, self.peer, exc)
             try:
                 self.send_nowait(error_frame(exc.code, str(exc), fatal=True))
-                await asyncio.wait_for(self.writer.drain(), 1.0)
+                async with asyncio.timeout(1.0):
+                    await self.writer.drain()
             except Exception:
                 pass
         except _ssl.SSLError as exc:

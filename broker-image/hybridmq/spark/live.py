@@ -32,6 +32,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from hybridmq.protocol.deadline import within
 from hybridmq.spark.headers import header_rows
 from hybridmq.spark.schema import arrow_schema
 from hybridmq.spark.source import DataLossError, PartitionGoneError, PartitionInfo
@@ -99,7 +100,7 @@ class LiveClusterSource:
         )
 
     def _run(self, coro: Any) -> Any:
-        return asyncio.run(asyncio.wait_for(coro, self.timeout))
+        return asyncio.run(within(coro, self.timeout))
 
     # -- listing -------------------------------------------------------------------------------
     def list_partitions(self) -> list[PartitionInfo]:

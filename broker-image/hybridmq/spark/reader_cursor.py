@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from hybridmq.api.frames import ErrorCode
 from hybridmq.client.connection import ClientError
 from hybridmq.client.fetcher import Fetcher
+from hybridmq.protocol.deadline import within
 
 log = logging.getLogger("hybridmq.spark")
 
@@ -33,7 +34,7 @@ def commit_processed(source: Mapping[str, str], end: Mapping[str, int]) -> None:
         raise ValueError("option readerName needs a live cluster (option 'bootstrap'), not an exported log")
     timeout = float(source.get("timeout", "30"))
     try:
-        asyncio.run(asyncio.wait_for(_commit(source, bootstrap, reader, end), timeout))
+        asyncio.run(within(_commit(source, bootstrap, reader, end), timeout))
     except Exception as exc:
         log.warning("reader %s: committing offsets %s failed: %r", reader, dict(end), exc)
 

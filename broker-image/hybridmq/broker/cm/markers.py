@@ -21,6 +21,7 @@ import msgpack
 from hybridmq.api.frames import FrameType
 from hybridmq.broker.assignment_source import AssignmentSource
 from hybridmq.broker.routing import Link, Routes
+from hybridmq.protocol.deadline import within
 
 MARKER_HEADER = "hybridmq-affinity-marker"
 
@@ -53,7 +54,7 @@ async def publish_marker(
         frame = {"t": FrameType.PRODUCE, "p": a.name, "d": topic, "n": 1, "b": blob, "f": 0, "x": 0}
         frame["e"] = route.epoch
         names.append(a.name)
-        futs.append(asyncio.wait_for(route.conn.request_nowait(frame), timeout_s))
+        futs.append(within(route.conn.request_nowait(frame), timeout_s))
     results = await asyncio.gather(*futs, return_exceptions=True)
     ok = []
     for name, r in zip(names, results, strict=True):

@@ -411,7 +411,8 @@ class ConnectionManager:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         conn = Connection(reader, writer, self.config.max_frame, name=f"cm:{self.config.name}")
         try:
-            hello = await asyncio.wait_for(read_frame(reader, min(MAX_HELLO, self.config.max_frame)), 10)
+            async with asyncio.timeout(10):
+                hello = await read_frame(reader, min(MAX_HELLO, self.config.max_frame))
         except (ProtocolError, TimeoutError, ConnectionError, asyncio.IncompleteReadError) as exc:
             code = exc.code if isinstance(exc, ProtocolError) else ErrorCode.PROTOCOL_ERROR
             log.warning("protocol error from %s during the handshake: %s", conn.peer, exc)
@@ -459,7 +460,8 @@ class ConnectionManager:
     async def _refuse(self, conn: Connection, code: ErrorCode, msg: str) -> None:
         try:
             conn.send_nowait(error_frame(code, msg, fatal=True))
-            await asyncio.wait_for(conn.writer.drain(), 1)
+            async with asyncio.timeout(1):
+                await conn.writer.drain()
         except Exception:
             pass
         conn.close()

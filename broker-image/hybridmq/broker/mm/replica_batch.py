@@ -139,7 +139,8 @@ class FetchBatcher:
             deadline = loop.time() + self.gather_s
             while self._returning and (left := deadline - loop.time()) > 0:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), left)
+                    async with asyncio.timeout(left):
+                        await self._wake.wait()
                 self._wake.clear()
             self._returning.clear()
             if not self._unsent:

@@ -203,7 +203,8 @@ class ReplicaManager:
             elif r.storage is not None and not r.storage.log.closed:
                 # A backup's log (a primary's host closes its own when the MM stops).
                 try:
-                    await asyncio.wait_for(asyncio.shield(r.storage.aclose()), 5)
+                    async with asyncio.timeout(5):
+                        await asyncio.shield(r.storage.aclose())
                 except (Exception, asyncio.CancelledError):
                     r.storage.close()
         for batcher in self.batchers.values():
@@ -539,7 +540,8 @@ class ReplicaManager:
         await self._stop_primary(r)
         if r.storage is not None:
             try:
-                await asyncio.wait_for(asyncio.shield(r.storage.aclose()), 5)
+                async with asyncio.timeout(5):
+                    await asyncio.shield(r.storage.aclose())
             except (Exception, asyncio.CancelledError):
                 log.warning("closing %s did not finish cleanly; closing synchronously", name, exc_info=True)
                 r.storage.close()

@@ -91,17 +91,15 @@ class PeerLinks:
                 "password": self.token,
             }
             try:
-                fresh, _ = await asyncio.wait_for(
-                    open_connection(
+                async with asyncio.timeout(2.0):
+                    fresh, _ = await open_connection(
                         host,
                         int(port),
                         hello,
                         self.max_frame,
                         name=f"{self.node}->{peer}",
                         ssl=self.tls.client() if self.tls is not None else None,
-                    ),
-                    2.0,
-                )
+                    )
             except (ConnectionClosed, RemoteError, ProtocolError) as exc:
                 # Ended or refused during the handshake: a transport error like any other (the
                 # backup's fetch loop retries those; anything else ended it for good).

@@ -205,7 +205,8 @@ class MessageManager:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         conn = Connection(reader, writer, self.config.max_frame, name=f"mm:{self.config.name}")
         try:
-            hello = await asyncio.wait_for(read_frame(reader, self.config.max_frame), 10)
+            async with asyncio.timeout(10):
+                hello = await read_frame(reader, self.config.max_frame)
         except (ProtocolError, TimeoutError, ConnectionError, asyncio.IncompleteReadError) as exc:
             code = exc.code if isinstance(exc, ProtocolError) else ErrorCode.PROTOCOL_ERROR
             log.warning("protocol error from %s during the handshake: %s", conn.peer, exc)

@@ -172,7 +172,8 @@ class BackupFetcher:
     async def _sleep(self, seconds: float | None) -> None:
         self._wakeup.clear()
         try:
-            await asyncio.wait_for(self._wakeup.wait(), seconds)
+            async with asyncio.timeout(seconds):
+                await self._wakeup.wait()
         except TimeoutError:
             pass
 

@@ -51,7 +51,8 @@ async def serve_batch(items: Sequence[BatchItem], *, max_wait_ms: int, max_bytes
         for primary in primaries.values():
             primary.add_data_listener(event)
         try:
-            await asyncio.wait_for(event.wait(), max_wait_ms / 1000.0)
+            async with asyncio.timeout(max_wait_ms / 1000.0):
+                await event.wait()
         except TimeoutError:
             pass
         finally:

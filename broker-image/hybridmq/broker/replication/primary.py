@@ -356,7 +356,8 @@ class PartitionPrimary:
         if request.fetch_offset >= self.log.log_end_offset and request.max_wait_ms > 0:
             self._data_event.clear()
             try:
-                await asyncio.wait_for(self._data_event.wait(), request.max_wait_ms / 1000.0)
+                async with asyncio.timeout(request.max_wait_ms / 1000.0):
+                    await self._data_event.wait()
             except TimeoutError:
                 pass
         return self.read_fetch(request)

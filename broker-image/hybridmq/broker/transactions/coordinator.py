@@ -85,7 +85,8 @@ class TxManager:
                 try:
                     fut = route.link.request(partition, dict(frame, p=partition, e=route.epoch))
                     await route.conn.drain()
-                    reply: dict[str, Any] = await asyncio.wait_for(fut, left)
+                    async with asyncio.timeout(left):
+                        reply: dict[str, Any] = await fut
                     return reply
                 except RemoteError as exc:
                     if exc.code not in RETRIABLE:
