@@ -93,12 +93,23 @@ def pod_failure(pod: Body) -> str | None:
     return None
 
 
-def lease_expiry(lease: Body) -> datetime | None:
+def lease_expiry(lease: Body, watching_since: datetime | None = None) -> datetime | None:
+    """When the Lease runs out: its renewal plus its duration - but never within one duration of
+    ``watching_since``, the moment this operator's view of the Leases began (its first round).
+
+    A standby taking over (or a restarted operator) lists every watched resource at once: its
+    Leases may be the first thing listed and their renewals queued behind a long pod listing, so
+    its first rounds see renewal times older than a 1 s Lease although every MM renews. Like a
+    Kubernetes leader-election candidate, a new observer gives each Lease one full duration of its
+    own watching before it calls it over; a dead MM is found one duration after the takeover."""
     spec = lease.get("spec") or {}
     renewed = parse_time(spec.get("renewTime"))
     if renewed is None:
         return None
-    return renewed + timedelta(seconds=float(spec.get("leaseDurationSeconds") or 1))
+    duration = timedelta(seconds=float(spec.get("leaseDurationSeconds") or 1))
+    if watching_since is not None:
+        renewed = max(renewed, watching_since)
+    return renewed + duration
 
 
 def lease_acquired(lease: Body) -> datetime | None:
@@ -142,6 +153,7 @@ def observe_mm(
     accounted: bool = True,
     domain: str | None = None,
     roll_marked: bool = False,
+    watching_since: datetime | None = None,
 ) -> MessageManager:
     """One MM as the planner sees it. ``first_seen_lost`` remembers losses without a timestamp;
     ``lease`` must be the pod's own (``incarnations.own_lease``); ``holds_replicas``: a Partition
@@ -149,7 +161,8 @@ def observe_mm(
     the operator accounted for a Lease of this pod before; ``accounted``: the operator knows the
     process behind the pod (``incarnations.known``), else the MM gets no new replicas;
     ``roll_marked``: the roll chose this MM next (``marked_for_roll``): while alive it counts as
-    stopping, so its replicas move away before the roll deletes its pod."""
+    stopping, so its replicas move away before the roll deletes its pod; ``watching_since``: see
+    ``lease_expiry``."""
     reason: str | None = None
     since: datetime | None = None
     if pod is None:
@@ -160,7 +173,7 @@ def observe_mm(
             grace = float(_meta(pod).get("deletionGracePeriodSeconds") or 0)
             deleted_at = parse_time(_meta(pod).get("deletionTimestamp"))
             since = deleted_at - timedelta(seconds=grace) if deleted_at else None
-    expiry = lease_expiry(lease) if lease is not None else None
+    expiry = lease_expiry(lease, watching_since) if lease is not None else None
     report = lease_report(lease)
     stopping = False
     if (
@@ -384,9 +397,11 @@ def cluster_state(
     cache: PartitionCache | None = None,
     recorded: Mapping[str, str] | None = None,
     node_labels: Mapping[str, Mapping[str, str]] | None = None,
+    watching_since: datetime | None = None,
 ) -> ClusterState:
     """``recorded``: incarnations the operator wrote on Leases that the watch has not delivered;
-    ``node_labels``: labels of the nodes the MM pods run on (their failure domains)."""
+    ``node_labels``: labels of the nodes the MM pods run on (their failure domains);
+    ``watching_since``: the first round of this operator (see ``lease_expiry``)."""
     cluster = BrokerCluster.model_validate(dict(snapshot.cluster))
     cache = cache or PartitionCache()
     parsed = cache.parse(snapshot.partitions)
@@ -412,6 +427,7 @@ def cluster_state(
             accounted=incarnations.known(leases.get(mm), recorded, mm) if all_leases else True,
             domain=failure_domain(pods.get(mm), node_labels, cluster.spec.message_managers.topology_key),
             roll_marked=marked_for_roll(pods.get(mm)),
+            watching_since=watching_since,
         )
         for mm in mm_names(snapshot, parsed)
     )

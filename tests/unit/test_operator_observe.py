@@ -125,6 +125,39 @@ def test_mm_lost_by_missing_pod_or_expired_lease() -> None:
     assert no_lease.alive and not no_lease.ready and no_lease.leaving and not no_lease.eligible
 
 
+def test_a_new_observer_gives_every_lease_one_duration_of_its_own_watching() -> None:
+    """A standby that took over lists the Leases before a long pod listing: its first round sees
+    renewals 1.2 s old with a 1 s Lease while every MM renews. It calls a Lease over only once it
+    has itself watched for a whole duration without seeing a renewal."""
+    renewed = NOW - timedelta(milliseconds=1200)
+
+    def mm(watching_since: datetime | None) -> Any:
+        return observe.observe_mm(
+            "demo-mm-0",
+            pod("demo-mm-0"),
+            lease("demo-mm-0", renewed),
+            NOW,
+            False,
+            watching_since=watching_since,
+        )
+
+    assert not mm(None).alive  # the renewal alone says over
+    just_took_over = mm(NOW - timedelta(milliseconds=100))
+    assert just_took_over.alive and just_took_over.lost_reason is None
+    watched_long_enough = mm(NOW - timedelta(milliseconds=1001))
+    assert not watched_long_enough.alive and watched_long_enough.lost_reason == "lease expired"
+    # Lost as of the end of its own watching duration, not earlier.
+    assert watched_long_enough.lost_since == NOW - timedelta(milliseconds=1)
+    # A watching start older than the renewal changes nothing.
+    assert not mm(NOW - timedelta(seconds=30)).alive
+    assert mm(NOW - timedelta(seconds=30)).lost_since == renewed + timedelta(seconds=1)
+    snap = observe.Snapshot(
+        cluster=cluster(), pods=(pod("demo-mm-0"),), leases=(lease("demo-mm-0", renewed),), partitions=()
+    )
+    (seen,) = observe.cluster_state(snap, NOW, desired_mms=1, watching_since=NOW).message_managers
+    assert seen.alive
+
+
 def test_reports_feed_offsets_storage_and_the_primary_view() -> None:
     rep0 = MMReport(
         partitions={

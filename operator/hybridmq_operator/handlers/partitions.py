@@ -96,6 +96,7 @@ class Reconciler:
         self.written: dict[str, dict[str, Any]] = {}
         self.deleted: dict[str, float] = {}
         self.first_seen_lost: dict[str, datetime] = {}
+        self.watching_since: datetime | None = None  # the first round (see observe.lease_expiry)
         self.status = StatusWriter(name, namespace)
         # Incarnations this operator recorded on Leases (the watch may not have delivered them yet),
         # and on which Lease (uid): a re-created Lease needs the record again.
@@ -348,6 +349,8 @@ async def reconcile_round(
     if stale:
         await asyncio.to_thread(rec.nodes.read, stale)
     now = datetime.now(UTC)
+    if rec.watching_since is None:
+        rec.watching_since = now
     state = observe.cluster_state(
         snapshot,
         now,
@@ -356,6 +359,7 @@ async def reconcile_round(
         cache=rec.cache,
         recorded=rec.recorded,
         node_labels=rec.nodes.labels,
+        watching_since=rec.watching_since,
     )
     rec.track_losses(state, now)
     t_observed = time.monotonic()
