@@ -92,7 +92,10 @@ async def test_kill9_primary_loses_nothing(tmp_path: Path, replicas: int) -> Non
                     f"{cluster.mm_stats(a.primary or '')}\n{cluster.state()['events'][-8:]}"
                 ) from None
             await asyncio.sleep(0.5)
-            assert loads[0].acked_after(restarted_at) > 0, "no produce acknowledged during the catch-up"
+            if not loads[0].acked_after(restarted_at):
+                a = cluster.table()[fixed.name]
+                stats = {mm: cluster.mm_stats(mm)["replicas"].get(fixed.name) for mm in a.replicas}
+                raise AssertionError(f"no produce acknowledged during the catch-up: {a}\n{stats}")
         await stop_all(stop_producing, producing)
         await wait_consumed(loads, consumer)
         if od is not None:

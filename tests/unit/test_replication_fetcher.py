@@ -14,6 +14,8 @@ from hybridmq.broker.replication import (
     CATCHUP_MARKER,
     BackupFetcher,
     FetcherState,
+    FetchRequest,
+    FetchResponse,
     LocalTransport,
     PartitionPrimary,
     Snapshot,
@@ -319,4 +321,42 @@ async def test_a_promoted_backup_keeps_the_committed_end_readers_were_told(tmp_p
     c = PartitionPrimary(c_log, partition="p0", replica_id="c", epoch=2, replicas=("c",), high_watermark=99)
     assert c.high_watermark == 0
     c.close()
+    await cluster.close()
+
+
+class FaultyTransport(LocalTransport):
+    """A LocalTransport whose next fetches fail the way no transport error does: an unexpected
+    exception, or the awaited request cancelled by someone other than the fetcher's owner."""
+
+    def __init__(self, primary: PartitionPrimary) -> None:
+        super().__init__(primary)
+        self.faults: list[str] = []
+
+    async def fetch(self, request: FetchRequest) -> FetchResponse:
+        fault = self.faults.pop(0) if self.faults else None
+        if fault == "unexpected":
+            raise KeyError("a bug in the transport")
+        if fault == "cancelled":
+            request_future: asyncio.Future[FetchResponse] = asyncio.get_running_loop().create_future()
+            asyncio.get_running_loop().call_soon(request_future.cancel)  # replaced by a newer fetch
+            return await request_future
+        return await super().fetch(request)
+
+
+@pytest.mark.parametrize("fault", ["unexpected", "cancelled"])
+async def test_a_backup_keeps_fetching_after_a_fault_no_transport_error_covers(
+    tmp_path: Path, fault: str
+) -> None:
+    """A fetch loop that ended on such a fault left the in-sync set waiting for the backup: every
+    produce of the partition then waited for an acknowledgement that never came."""
+    cluster = Cluster(tmp_path)
+    primary = cluster.primary("a", 1, replicas="ab", min_in_sync=2)
+    transport = FaultyTransport(primary)
+    fetcher = cluster.follow("b", transport, 1)
+    await eventually(lambda: fetcher.state is FetcherState.FETCHING)
+    transport.faults = [fault, fault]
+    result = await asyncio.wait_for(primary.produce(b"x" * 10, 1, epoch=1), 5)
+    assert cluster.logs["b"].log_end_offset >= result.end_offset  # acknowledged: both copies hold it
+    assert not cluster.tasks["b"].done()
+    assert fetcher.last_error is not None
     await cluster.close()

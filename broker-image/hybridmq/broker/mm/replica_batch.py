@@ -164,7 +164,7 @@ class FetchBatcher:
         try:
             reply = await self.links.request_frame(self.peer, frame, self.timeout_s + max_wait_ms / 1000.0)
             answers = [decode_response(item) for item in reply.get("ps") or ()]
-        except (OSError, TimeoutError, KeyError, TypeError, ValueError) as exc:
+        except Exception as exc:  # whatever went wrong, no fetcher may wait for an answer for ever
             for _, future in batch.values():
                 if not future.done():
                     future.set_exception(ConnectionError(f"{self.peer}: batched fetch failed: {exc!r}"))

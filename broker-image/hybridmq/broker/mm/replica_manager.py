@@ -697,6 +697,9 @@ class ReplicaManager:
                         "log_end_offset": r.fetcher.log.log_end_offset,
                         "primary": r.primary_mm,
                         "caught_up": r.fetcher.caught_up,
+                        "fetches": r.fetcher.fetches,
+                        "last_error": r.fetcher.last_error,
+                        "tasks_running": sum(1 for t in r.tasks if not t.done()),
                     }
                 )
             out[name] = entry

@@ -146,11 +146,23 @@ class BackupFetcher:
             try:
                 await self.step()
             except asyncio.CancelledError:
-                raise
+                task = asyncio.current_task()
+                if task is None or task.cancelling():
+                    raise  # stopped by its owner
+                # A request of ours was cancelled by someone else (a batched fetch replaced by a
+                # newer one, say): not a reason to stop copying the partition for good.
+                self.last_error = "fetch cancelled"
+                await self._sleep(self.retry_backoff)
             except (ReplicationError, OSError, TimeoutError, CorruptBatchError) as exc:
                 self.last_error = repr(exc)
                 LOG.debug("%s: fetch from primary failed: %r", self.partition, exc)
                 await self._sleep(self.retry_backoff)
+            except Exception as exc:
+                # A backup whose fetch loop ended holds the in-sync set and every acknowledgement
+                # of the partition back, without a word: say why, and go on fetching.
+                self.last_error = repr(exc)
+                LOG.exception("%s: fetch from primary failed unexpectedly", self.partition)
+                await self._sleep(max(self.retry_backoff, 0.5))
         self.state = FetcherState.STOPPED
 
     async def stop(self) -> None:
