@@ -350,12 +350,14 @@ async def test_a_backup_keeps_fetching_after_a_fault_no_transport_error_covers(
     """A fetch loop that ended on such a fault left the in-sync set waiting for the backup: every
     produce of the partition then waited for an acknowledgement that never came."""
     cluster = Cluster(tmp_path)
-    primary = cluster.primary("a", 1, replicas="ab", min_in_sync=2)
+    # A long lag time: on a loaded machine the backup must not drop out of the in-sync set while
+    # it waits out its back-off (that would refuse the produce, not show the fault).
+    primary = cluster.primary("a", 1, replicas="ab", min_in_sync=2, lag_time_ms=60_000)
     transport = FaultyTransport(primary)
     fetcher = cluster.follow("b", transport, 1)
     await eventually(lambda: fetcher.state is FetcherState.FETCHING)
     transport.faults = [fault, fault]
-    result = await asyncio.wait_for(primary.produce(b"x" * 10, 1, epoch=1), 5)
+    result = await asyncio.wait_for(primary.produce(b"x" * 10, 1, epoch=1), 20)
     assert cluster.logs["b"].log_end_offset >= result.end_offset  # acknowledged: both copies hold it
     assert not cluster.tasks["b"].done()
     assert fetcher.last_error is not None
