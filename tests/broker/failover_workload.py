@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from hybridmq.api.frames import ErrorCode
 from hybridmq.client import ClientError, Consumer, Fetcher, Message, Producer
 from hybridmq.local.runner import LocalCluster
+from reading import read_batches
 
 
 @dataclass
@@ -242,36 +243,15 @@ class StreamReader:
     async def catch_up(self, fetcher: Fetcher, within: float = 30.0) -> None:
         """Read every partition up to the committed end ``partitions()`` gave; a partition whose
         primary serves nothing below that end for ``within`` seconds fails the check, naming it."""
-        loop = asyncio.get_running_loop()
         for meta in await fetcher.partitions():
-            offset = self.positions.get(meta.name, meta.start_offset)
-            stuck_since: float | None = None
-            while offset < meta.end_offset:
-                try:
-                    result = await fetcher.fetch(meta.name, offset, max_offset=meta.end_offset)
-                except ClientError as exc:
-                    if exc.code == ErrorCode.UNKNOWN_PARTITION:
-                        break  # collected meanwhile: what was not read is gone
-                    raise
-                if result.next_offset <= offset:
-                    stuck_since = loop.time() if stuck_since is None else stuck_since
-                    assert loop.time() - stuck_since < within, (
-                        f"{meta.name}: nothing served at {offset} for {within} s though partitions() said"
-                        f" committed up to {meta.end_offset} (primary {meta.primary} at epoch {meta.epoch});"
-                        f" the fetch says committed up to {result.end_offset},"
-                        f" log start {result.start_offset}"
-                    )
-                    await asyncio.sleep(0.1)
+            start = self.positions.get(meta.name, meta.start_offset)
+            async for b, skip in read_batches(fetcher, meta, start, stuck_s=within, gone_ok=True):
+                self.positions[meta.name] = b.next_offset
+                if b.control or b.destination != self.dest:
                     continue
-                stuck_since = None
-                for b in result.batches:
-                    if b.control or b.destination != self.dest:
-                        continue
-                    for i, record in enumerate(b.records):
-                        if b.base_offset + i >= offset:
-                            self.seen[bytes(record[0]).decode()].append((meta.name, b.base_offset + i))
-                offset = result.next_offset
-            self.positions[meta.name] = offset
+                for i in range(skip, len(b.records)):
+                    self.seen[bytes(b.records[i][0]).decode()].append((meta.name, b.base_offset + i))
+            self.positions.setdefault(meta.name, start)
 
     async def commit(self, fetcher: Fetcher, reader: str) -> None:
         for name, offset in sorted(self.positions.items()):

@@ -21,6 +21,7 @@ from failover_workload import ProducerLoad, stop_all, until
 from hybridmq.api.assignment import PartitionState
 from hybridmq.client import Fetcher, Producer
 from hybridmq.local.runner import LocalCluster
+from reading import read_batches
 
 DEST = "queue:move"  # no consumer: the draining partition keeps a backlog and stays readable
 
@@ -39,24 +40,13 @@ async def _read_all(cluster: LocalCluster) -> dict[str, list[tuple[int, str, str
         out: dict[str, list[tuple[int, str, str, int]]] = {}
         for meta in metas:
             rows: list[tuple[int, str, str, int]] = []
-            offset = meta.start_offset
-            while offset < meta.end_offset:
-                result = await fetcher.fetch(meta.name, offset, max_offset=meta.end_offset)
-                for b in result.batches:
-                    if b.control or b.destination != DEST:
-                        continue
-                    for i, record in enumerate(b.records):
-                        if b.base_offset + i >= offset:
-                            seq = b.sequence(i)
-                            rows.append(
-                                (
-                                    b.base_offset + i,
-                                    bytes(record[0]).decode(),
-                                    str(b.producer),
-                                    -1 if seq is None else seq,
-                                )
-                            )
-                offset = result.next_offset
+            async for b, skip in read_batches(fetcher, meta):
+                if b.control or b.destination != DEST:
+                    continue
+                for i in range(skip, len(b.records)):
+                    seq = b.sequence(i)
+                    value = bytes(b.records[i][0]).decode()
+                    rows.append((b.base_offset + i, value, str(b.producer), -1 if seq is None else seq))
             out[meta.name] = rows
         return out
     finally:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from hybridmq.client import Fetcher, Producer
 from hybridmq.local.runner import LocalCluster
+from reading import read_batches
 
 
 async def test_fetch_after_failover_matches_the_send_log(tmp_path: Path) -> None:
@@ -33,13 +34,9 @@ async def test_fetch_after_failover_matches_the_send_log(tmp_path: Path) -> None
             meta = {p.name: p for p in await fetcher.partitions()}[partition]
             assert meta.primary != primary
             stored: list[tuple[str, str]] = []
-            offset = meta.start_offset
-            while offset < meta.end_offset:
-                result = await fetcher.fetch(partition, offset, max_offset=meta.end_offset)
-                for b in result.batches:
-                    if not b.control and b.destination == "queue:fo":
-                        stored += [(str(b.producer), str(b.sequence(i))) for i in range(len(b.records))]
-                offset = result.next_offset
+            async for b, skip in read_batches(fetcher, meta):
+                if not b.control and b.destination == "queue:fo":
+                    stored += [(str(b.producer), str(b.sequence(i))) for i in range(skip, len(b.records))]
             assert len(stored) == len(set(stored))  # no duplicate (producer, sequence)
             assert acked <= set(stored)  # every acknowledged message is there
         finally:

@@ -17,6 +17,7 @@ import pytest
 
 from hybridmq.client import Fetcher, Producer
 from hybridmq.local.runner import LocalCluster
+from reading import read_values
 
 QUEUE = "queue:offline"
 
@@ -53,15 +54,7 @@ async def test_fixed_producer_resends_through_a_failover_without_primary(single_
     assert not failed, f"{len(failed)} of {len(acks)} sends failed: {failed[:3]}"
     await producer.close()
 
-    stored: list[bytes] = []
     async with await Fetcher.connect(cluster.bootstrap) as fetcher:
         (meta,) = [p for p in await fetcher.partitions() if p.name == name]
-        offset = meta.start_offset
-        while offset < meta.end_offset:
-            result = await fetcher.fetch(name, offset, max_offset=meta.end_offset)
-            for batch in result.batches:
-                if batch.destination == QUEUE:
-                    skip = max(0, offset - batch.base_offset)
-                    stored.extend(record[0] for record in batch.records[skip:])
-            offset = result.next_offset
+        stored = [value for _, value in await read_values(fetcher, meta, QUEUE)]
     assert stored == [f"v{i}".encode() for i in range(60)], stored

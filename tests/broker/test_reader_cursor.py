@@ -13,6 +13,7 @@ from failover_workload import until
 from hybridmq.api.frames import ErrorCode
 from hybridmq.client import ClientError, Fetcher, Producer
 from hybridmq.local.runner import LocalCluster
+from reading import read_batches
 
 
 def _reported(cluster: LocalCluster, partition: str) -> dict[str, int]:
@@ -23,11 +24,10 @@ def _reported(cluster: LocalCluster, partition: str) -> dict[str, int]:
 async def _data_end(fetcher: Fetcher, partition: str) -> int:
     """Offset after the last application data batch (internal ``_`` ones come as control stubs)."""
     meta = (await fetcher.partitions([partition]))[0]
-    offset, end = meta.start_offset, 0
-    while offset < meta.end_offset:
-        result = await fetcher.fetch(partition, offset, max_offset=meta.end_offset)
-        end = max([end, *(b.next_offset for b in result.batches if not b.control)])
-        offset = result.next_offset
+    end = 0
+    async for b, _ in read_batches(fetcher, meta):
+        if not b.control:
+            end = max(end, b.next_offset)
     return end
 
 
@@ -97,13 +97,10 @@ async def test_log_retention_keeps_what_a_named_reader_has_not_read(retention_cl
         await asyncio.sleep(3.0)  # ten retention rounds
         meta = (await fetcher.partitions([partition]))[0]
         assert meta.start_offset == 0, f"segments deleted under the reader: log starts at {meta.start_offset}"
-        values, offset = [], 0
-        while offset < meta.end_offset:
-            result = await fetcher.fetch(partition, offset, max_offset=meta.end_offset)
-            for b in result.batches:
-                if not b.control:
-                    values += [int.from_bytes(bytes(r[0])[:4], "big") for r in b.records]
-            offset = result.next_offset
+        values = []
+        async for b, skip in read_batches(fetcher, meta, 0):
+            if not b.control:
+                values += [int.from_bytes(bytes(r[0])[:4], "big") for r in b.records[skip:]]
         assert values == list(range(2000))
         # Read: the reader commits the end, and retention deletes the segments again.
         await fetcher.commit_reader("slow-job", partition, meta.end_offset)

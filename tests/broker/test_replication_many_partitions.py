@@ -15,6 +15,7 @@ from failover_workload import until
 from hybridmq.api.resources import BrokerClusterSpec
 from hybridmq.client import Fetcher, Producer
 from hybridmq.local.runner import LocalCluster
+from reading import read_values
 
 PARTITIONS = 512
 DEST = "queue:many"
@@ -55,15 +56,8 @@ async def _read_all(fetcher: Fetcher) -> dict[tuple[str, int], str]:
     """Every record of ``DEST`` by position, read partition by partition up to the high watermark."""
     stored: dict[tuple[str, int], str] = {}
     for meta in await fetcher.partitions():
-        offset = meta.start_offset
-        while offset < meta.end_offset:
-            result = await fetcher.fetch(meta.name, offset, max_offset=meta.end_offset)
-            for b in result.batches:
-                if b.control or b.destination != DEST:
-                    continue
-                for i, record in enumerate(b.records):
-                    stored[(meta.name, b.base_offset + i)] = bytes(record[0]).decode()
-            offset = result.next_offset
+        for offset, value in await read_values(fetcher, meta, DEST):
+            stored[(meta.name, offset)] = value.decode()
     return stored
 
 
