@@ -22,15 +22,25 @@ if [[ -n "${KUBEBUILDER_ASSETS:-}" ]]; then
   exit 0
 fi
 
-complete=1
-for b in "${binaries[@]}"; do [[ -x "${out}/${b}" ]] || complete=0; done
-if [[ ${complete} == 1 ]]; then
+built() {
+  local b
+  for b in "${binaries[@]}"; do [[ -x "${out}/${b}" ]] || return 1; done
+}
+if built; then
   echo "${out}"
   exit 0
 fi
 
 log() { echo "[k8sbin $(date +%H:%M:%S)] $*" >&2; }
 mkdir -p "${out}"
+# One build at a time (make lint's helm and make setup may ask together): the second waits, then
+# finds the binaries the first built.
+exec 9>"${out}/.build.lock"
+flock 9
+if built; then
+  echo "${out}"
+  exit 0
+fi
 export GOFLAGS="-buildvcs=false -trimpath"
 export CGO_ENABLED=0
 
