@@ -55,7 +55,7 @@ pytestmark = pytest.mark.cluster
 
 CLUSTER = "roll"
 MMS, CMS, FIXED = 3, 2, 3
-DEST = "queue:roll"
+DEST = "queue:roll"  # each roll under load sends to a queue of its own, named after this one
 ROLL_TIMEOUT_S = 420  # three MMs moved off and restarted, two CMs, on 2 shared cores
 RESTART = "hybridmq.io/restartedAt"
 # The operator handles a change of the BrokerCluster's annotations as it comes (its resync is once a
@@ -256,6 +256,9 @@ async def _roll_under_load(
     one's replacement has a new pod IP). A consumer started after the roll reads everything.
     ``mid_roll`` runs once the first MM is replaced and Ready, before the last one is."""
     bootstrap = cm_bootstrap(kube)
+    # The tests of this module share a cluster: what an earlier roll stored unacknowledged (sends
+    # in flight when its producers stopped) must not reach this roll's consumer.
+    dest = f"{DEST}-{uuid.uuid4().hex[:8]}"
     loads = [
         ProducerLoad(
             f"f{i}",
@@ -264,7 +267,7 @@ async def _roll_under_load(
         for i in range(FIXED)
     ]
     stop_producing, stop_consuming = asyncio.Event(), asyncio.Event()
-    producing = [asyncio.create_task(p.run(DEST, stop_producing, window=8, pause=0.01)) for p in loads]
+    producing = [asyncio.create_task(p.run(dest, stop_producing, window=8, pause=0.01)) for p in loads]
     consumer: ConsumerLoad | None = None
     try:
         await asyncio.sleep(2.0)
@@ -295,7 +298,7 @@ async def _roll_under_load(
         after = uids_now(kube)
         assert all(after[n] != uid for n, uid in before.items()), (before, after)
         replaced_once(pods, before, after)
-        consumer = ConsumerLoad(await Consumer.connect(cm_bootstrap(kube), DEST))
+        consumer = ConsumerLoad(await Consumer.connect(cm_bootstrap(kube), dest))
         consuming = asyncio.create_task(consumer.run(stop_consuming))
         await wait_consumed(loads, consumer, within=120)
         await stop_all(stop_consuming, [consuming])
