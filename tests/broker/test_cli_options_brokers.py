@@ -12,7 +12,9 @@ static assignment file with three fixed partitions (``pa``, ``pb``, ``pc``) and 
   ``--cluster-secret-file``, ``--max-frame 65536``, ``--local-bind``, ``--auth-failure-delay 1.5``,
   ``--log-level WARNING``, and ``HYBRIDMQ_CREDENTIALS`` / ``HYBRIDMQ_ACL`` from its environment.
 
-The backlog and retention tests (and the two below) get a pair of their own (``fresh``, about 2 s).
+The backlog and retention tests (and the two below) get a pair of their own (``fresh``, about 2 s),
+and so does each ``--fsync`` mode (``HYBRIDMQ_FSYNC=always`` alone, ``--fsync never``, ``--fsync
+group``), checked by the fsync rounds the MM's ``/admin`` counts for a partition.
 The client side is ``hybridmq produce|consume`` too. A producer lands on a fixed partition by
 crc32(key) over the fixed partitions in name order; the keys below are picked by that rule.
 
@@ -45,7 +47,8 @@ from local_cli import HYBRIDMQ
 
 from hybridmq.api.assignment import BrokerEntry, BrokerRole, PartitionAssignment, PartitionType
 from hybridmq.api.frames import ErrorCode
-from hybridmq.client import Producer
+from hybridmq.client import Fetcher, Producer
+from reading import read_batches
 
 FIXED = ["pa", "pb", "pc"]
 ALICE = ("--user", "alice", "--password", "alice-secret")
@@ -128,8 +131,9 @@ def _spawn(d: Path, name: str, argv: list[str], env: dict[str, str]) -> subproce
         )
 
 
-def start_brokers(d: Path) -> Brokers:
-    """The MM and the CM of this module (see the module's docstring), once the CM is linked to the MM."""
+def start_brokers(d: Path, mm_extra: tuple[str, ...] = ()) -> Brokers:
+    """The MM and the CM of this module (see the module's docstring), once the CM is linked to the
+    MM; ``mm_extra``: more MM flags."""
     secret = secrets.token_hex(24)
     (d / "secret").write_text(secret)
     (d / "secret").chmod(0o600)
@@ -170,7 +174,7 @@ def start_brokers(d: Path) -> Brokers:
         "HYBRIDMQ_CLUSTER_SECRET_FILE": str(d / "secret"),
     }
     mm_flags = ["--segment-bytes", "4096", "--max-backlog", "30", "--max-frame", "262144"]
-    mm_flags += ["--retention-interval", "0.3", "--log-level", "INFO"]
+    mm_flags += ["--retention-interval", "0.3", "--log-level", "INFO", *mm_extra]
     b = Brokers(d, secret, mm_port, mm_http, cm_port, cm_http, local_port, {})
     b.procs["mm-0"] = _spawn(d, "mm-0", ["mm", *mm_flags], mm_env)
     try:
@@ -219,6 +223,67 @@ def fresh(tmp_path: Path) -> Iterator[Brokers]:
         yield b
     finally:
         b.stop()
+
+
+@pytest.fixture(params=["always", "never", "group"])
+def fsync_mode(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, Brokers]]:
+    """A pair whose MM runs with ``HYBRIDMQ_FSYNC=always`` alone, or with ``--fsync never|group``
+    (the flag wins over the environment); ``--max-backlog`` raised so that no produce waits for a
+    consumer."""
+    flags = ("--max-backlog", "100000")
+    if request.param != "always":
+        flags += ("--fsync", request.param)
+    b = start_brokers(tmp_path, flags)
+    try:
+        yield request.param, b
+    finally:
+        b.stop()
+
+
+async def _burst_on_pc(brokers: Brokers) -> tuple[int, int]:
+    """4 producers side by side send 40 messages each, one at a time, to partition ``pc``: (data
+    batches its log gained, fsync rounds its log ran meanwhile, from the MM's ``/admin``)."""
+    fsyncs_before = brokers.admin(brokers.mm_http)["partitions"]["pc"]["fsyncs"]
+    async with await Fetcher.connect(brokers.bootstrap, user="alice", password="alice-secret") as f:
+        (meta,) = await f.partitions(["pc"])
+        producers = [
+            await Producer.connect(
+                brokers.bootstrap,
+                user="alice",
+                password="alice-secret",
+                partition_type="fixed",
+                key=key_for("pc"),
+                linger_ms=0,
+            )
+            for _ in range(4)
+        ]
+
+        async def one_at_a_time(p: Producer) -> None:  # each send its own batch
+            for _ in range(40):
+                await p.send("queue:fsync", b"x" * 100)
+
+        try:
+            async with asyncio.timeout(60):
+                await asyncio.gather(*(one_at_a_time(p) for p in producers))
+        finally:
+            for p in producers:
+                await p.close()
+        (after,) = await f.partitions(["pc"])
+        batches = 0
+        async for batch, _ in read_batches(f, after, meta.end_offset):
+            batches += not batch.control and batch.destination == "queue:fsync"
+    return batches, brokers.admin(brokers.mm_http)["partitions"]["pc"]["fsyncs"] - fsyncs_before
+
+
+async def test_fsync_mode_is_what_the_log_does(fsync_mode: tuple[str, Brokers]) -> None:
+    mode, brokers = fsync_mode
+    batches, fsyncs = await _burst_on_pc(brokers)
+    if mode == "always":
+        assert batches == 160 and fsyncs >= batches, (batches, fsyncs)
+    elif mode == "never":
+        assert batches == 160 and fsyncs == 0, (batches, fsyncs)
+    else:  # one fsync round covers every append made while the one before ran
+        assert batches == 160 and 1 <= fsyncs < batches, (batches, fsyncs)
 
 
 def test_mm_environment_names_binds_and_places_it(brokers: Brokers) -> None:

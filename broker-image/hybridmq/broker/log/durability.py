@@ -71,6 +71,7 @@ class Durability:
         self._sync_running = False
         self._deferred_close: list[Segment] = []
         self._committer: GroupCommitter | None = None
+        self.fsync_rounds = 0  # rounds that fsynced segment data (metrics: what --fsync does)
 
     # -- state -------------------------------------------------------------------------------------
 
@@ -229,6 +230,8 @@ class Durability:
         with self.sync_lock:
             for segment in plan.segments:
                 segment.fsync()
+            if plan.segments:
+                self.fsync_rounds += 1
             if plan.sync_dir:
                 fsync_dir(self.path)
             if plan.recovery_point is not None:

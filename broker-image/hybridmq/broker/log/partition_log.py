@@ -138,6 +138,12 @@ class PartitionLog:
         return self._durability.durable_offset
 
     @property
+    def fsync_rounds(self) -> int:
+        """fsync rounds of segment data so far (one per append with ``fsync="always"``, one per
+        group with ``"group"``, none with ``"never"`` until the log is closed)."""
+        return self._durability.fsync_rounds
+
+    @property
     def latest_epoch(self) -> int:
         return self._latest_epoch
 

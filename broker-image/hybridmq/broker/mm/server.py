@@ -339,6 +339,7 @@ class MessageManager:
                 name: {
                     "epoch": h.epoch,
                     "end_offset": h.storage.end_offset,
+                    "fsyncs": h.storage.log.fsync_rounds,
                     "backlog": h.backlog(),
                     "blocked": h.blocked,
                     "states": {
