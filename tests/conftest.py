@@ -144,8 +144,15 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 def _record(total: float, workers: int, cores: float) -> None:
     try:
         commit = subprocess.run(
-            ["git", "-C", str(ROOT), "describe", "--always", "--dirty"], capture_output=True, text=True
+            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
         ).stdout.strip()
+        # bench/results is where these lines go: the solo part follows a main part that wrote one
+        changed = subprocess.run(
+            ["git", "-C", str(ROOT), "status", "--porcelain", "--", ".", ":!bench/results"],
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+        commit += "-dirty" if changed else ""
     except OSError:
         commit = "?"
     line = {
