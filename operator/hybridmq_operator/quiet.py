@@ -70,9 +70,12 @@ class Inputs:
         leases: Iterable[Body],
         partitions: tuple[Body, ...],
         statefulsets: tuple[Body, ...],
+        watching_since: datetime | None = None,
     ) -> Inputs:
+        """``watching_since``: this operator's first round; a Lease ends no earlier than one duration
+        after it (``observe.lease_expiry``), as the round's own observation counts it."""
         leases = tuple(leases)
-        expiries = [e for e in map(observe.lease_expiry, leases) if e is not None]
+        expiries = [e for e in (observe.lease_expiry(x, watching_since) for x in leases) if e is not None]
         return cls(
             cluster_version=str((cluster.get("metadata") or {}).get("resourceVersion") or ""),
             pods=pods,

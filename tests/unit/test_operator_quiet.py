@@ -146,6 +146,22 @@ def test_a_settled_cluster_sleeps_until_just_after_its_earliest_lease_ends() -> 
     assert not q.skip(_inputs(w), 100.0 + slept - 0.04, woken - timedelta(seconds=0.04))
 
 
+def test_after_a_takeover_a_settled_cluster_sleeps_until_the_leases_graced_end() -> None:
+    """A standby that took over at NOW saw Leases of 1 s renewed 1.14 s before (listed late): the
+    rounds count them as ending one duration after NOW (``observe.lease_expiry``), so the daemon
+    sleeps until then instead of waking every interval for rounds that find nothing lost."""
+    w = _world()
+    w["leases"] = [_lease(f"c-mm-{i}", NOW - timedelta(seconds=1.14), duration=1) for i in range(3)]
+    q = QuietRounds(max_quiet_s=60.0)
+    q.full_round(
+        Inputs.of(w["cluster"], w["pods"], w["leases"], w["partitions"], w["sets"], NOW), True, 100.0
+    )
+    assert 1.0 <= q.sleep_for(100.0, NOW, 0.05) <= 1.1
+    without_grace = QuietRounds(max_quiet_s=60.0)
+    without_grace.full_round(_inputs(w), settled=True, monotonic=100.0)
+    assert without_grace.sleep_for(100.0, NOW, 0.05) == 0.05  # what the rounds did before
+
+
 def test_a_settled_cluster_sleeps_no_longer_than_the_safety_bound() -> None:
     w = _world()
     w["leases"] = [_lease(f"c-mm-{i}", NOW, duration=3600) for i in range(3)]

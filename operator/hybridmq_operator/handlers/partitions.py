@@ -335,7 +335,7 @@ async def reconcile_round(
     pods, leases = indexes.values(pods_index, key), indexes.values(leases_index, key)
     indexed = indexes.values(partitions_index, key)
     sets = indexes.values(statefulsets_index, key) if statefulsets_index is not None else ()
-    inputs = quiet.Inputs.of(body, pods, leases, indexed, sets)
+    inputs = quiet.Inputs.of(body, pods, leases, indexed, sets, rec.watching_since)
     if rec.quiet.skip(inputs, time.monotonic(), datetime.now(UTC)):
         metrics.ROUNDS.labels(rec.name, "skipped").inc()
         return Plan()
