@@ -11,6 +11,9 @@ before, produces one message at a time and times each acknowledgement. What a us
   worse of the windows before and after, as the machine's load drifts);
 * a client connecting after the flood gets in at once.
 
+``--auth-concurrency`` is checked by what it allows: with two slow password checks under way, a
+third runs beside them only when the CM allows three at a time.
+
 The CM's CPU during the flood is printed (a wrong password still costs one PBKDF2 verification; the
 gate bounds how many run at a time and how fast one connection may guess).
 """
@@ -155,8 +158,9 @@ async def _hello(address: str, user: str, password: str) -> tuple[asyncio.Stream
     return writer, reader
 
 
-async def _answer(reader: asyncio.StreamReader) -> dict[str, object]:
-    (size,) = struct.unpack(">I", await asyncio.wait_for(reader.readexactly(4), 10))
+async def _answer(reader: asyncio.StreamReader, within: float = 10) -> dict[str, object]:
+    async with asyncio.timeout(within):
+        (size,) = struct.unpack(">I", await reader.readexactly(4))
     return dict(msgpack.unpackb(await reader.readexactly(size)))
 
 
@@ -198,3 +202,46 @@ async def test_a_session_reconnecting_to_a_busy_cm_retries_it(tight_two_cms: Loc
         slow.close()
     assert ack.offset >= 0 and (producer.node, producer.reconnects) == ("cm-0", 1)
     await producer.close()
+
+
+@pytest.fixture(scope="module", params=[2, 3])
+def two_slow_checks(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[int, LocalCluster]]:
+    """1 CM with ``--auth-concurrency`` 2 or 3 (room for 8 waiting HELLOs); user ``slow``'s stored hash
+    takes seconds of PBKDF2 to check."""
+    d = tmp_path_factory.mktemp(f"concurrency{request.param}")
+    (d / "users").write_text("alice:alice-secret\nslow:pbkdf2$2000000$00$00\n")
+    args = ["--auth-concurrency", str(request.param), "--auth-max-waiting", "8", "--auth-failure-delay", "0"]
+    with LocalCluster(d / "run", mms=1, credentials=d / "users", cm_args=args) as c:
+        yield request.param, c
+
+
+async def test_auth_concurrency_is_how_many_password_checks_run_at_once(
+    two_slow_checks: tuple[int, LocalCluster],
+) -> None:
+    """Two slow checks are under way when alice connects. With ``--auth-concurrency 3`` hers runs
+    beside them: she is in before either is answered. With 2 she waits for a free slot: one of them
+    is answered first."""
+    concurrency, cluster = two_slow_checks
+    loop = asyncio.get_running_loop()
+    answered: list[float] = []
+    slow = [await _hello(cluster.bootstrap, "slow", f"guess-{i}") for i in range(2)]
+    try:
+        answers = [asyncio.create_task(_answer(reader, within=60)) for _, reader in slow]
+        for task in answers:
+            task.add_done_callback(lambda _: answered.append(loop.time()))
+        await asyncio.sleep(0.3)  # both HELLOs are in the CM's gate
+        assert not answered, "the slow checks ended before alice came: the hash is too fast to tell"
+        async with await Producer.connect(cluster.bootstrap, **ALICE) as p:
+            alice_in = loop.time()
+            await p.send("queue:alice.work", b"in")
+        if concurrency == 3:
+            assert not answered, f"alice waited for a slow check to end ({answered[0] - alice_in:+.3f} s)"
+        else:
+            assert answered and answered[0] <= alice_in, "alice got in while both slots were taken"
+        codes = [(await task).get("code") for task in answers]
+        assert codes == [ErrorCode.AUTH_FAILED] * 2, codes
+    finally:
+        for writer, _ in slow:
+            writer.close()
