@@ -53,6 +53,27 @@ async def _read_all(cluster: LocalCluster) -> dict[str, list[tuple[int, str, str
         await fetcher.close()
 
 
+async def _close(producer: Producer) -> None:
+    """``close()`` waits for every outstanding send: bounded here, so that a send that never
+    completes fails the test with the producer's state instead of hanging until pytest's timeout."""
+    try:
+        async with asyncio.timeout(60):
+            await producer.close()
+    except TimeoutError:
+        sender, move = producer._sender, producer._move  # diagnostics only: the client's own state
+        state = {
+            "partition": sender.partition,
+            "outstanding": len(sender.outstanding),
+            "last sent to": sorted(set(sender.chains.values())),
+            "held": None if sender.held is None else len(sender.held),
+            "after_ack": len(sender._after_ack),
+            "reconnect_parked": len(sender._reconnect_parked),
+            "move parked": {k: len(v) for k, v in move._parked.items()} if move else None,
+            "move tasks": sorted(move._tasks) if move else None,
+        }
+        raise AssertionError(f"close() still waiting after 60 s: {state}") from None
+
+
 @pytest.mark.parametrize("run", range(3))
 async def test_on_demand_move_is_exactly_once_and_ordered(tmp_path: Path, run: int) -> None:
     cluster = LocalCluster(tmp_path, mms=3, replicas=2, fixed=0, on_demand_per_mm=1, log_level="INFO")
@@ -81,7 +102,7 @@ async def test_on_demand_move_is_exactly_once_and_ordered(tmp_path: Path, run: i
         await asyncio.sleep(1.5)
         await stop_all(stop, producing)
         for ld in loads:
-            await ld.producer.close()
+            await _close(ld.producer)
         for ld in loads:
             assert not ld.failed, (ld.name, ld.failed[:3])
             assert ld.acked_after(killed_at + 0.1) > 0, f"{ld.name} acked nothing after the kill"
