@@ -19,7 +19,6 @@ async def read_batches(
     meta: PartitionMeta,
     start: int | None = None,
     *,
-    internal: bool = False,
     stuck_s: float = 30.0,
     gone_ok: bool = False,
 ) -> AsyncIterator[tuple[FetchedBatch, int]]:
@@ -35,7 +34,7 @@ async def read_batches(
     stuck_since: float | None = None
     while offset < meta.end_offset:
         try:
-            result = await fetcher.fetch(meta.name, offset, max_offset=meta.end_offset, internal=internal)
+            result = await fetcher.fetch(meta.name, offset, max_offset=meta.end_offset)
         except ClientError as exc:
             if gone_ok and exc.code == ErrorCode.UNKNOWN_PARTITION:
                 return
@@ -59,12 +58,10 @@ async def read_batches(
         offset = result.next_offset
 
 
-async def read_values(
-    fetcher: Fetcher, meta: PartitionMeta, destination: str, *, stuck_s: float = 30.0
-) -> list[tuple[int, bytes]]:
+async def read_values(fetcher: Fetcher, meta: PartitionMeta, destination: str) -> list[tuple[int, bytes]]:
     """``(offset, value)`` of every record of ``destination`` below ``meta.end_offset``."""
     out: list[tuple[int, bytes]] = []
-    async for batch, skip in read_batches(fetcher, meta, stuck_s=stuck_s):
+    async for batch, skip in read_batches(fetcher, meta):
         if batch.control or batch.destination != destination:
             continue
         out += [(batch.base_offset + i, bytes(batch.records[i][0])) for i in range(skip, len(batch.records))]
