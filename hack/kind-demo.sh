@@ -297,6 +297,12 @@ ${placement}
 ${containers}
 YAML
 info "the producers reach the CMs at ${BOOTSTRAP} (the Service's DNS name)"
+# `kubectl wait -l` fails at once while no pod matches, and the Job controller may not have created
+# the pod yet (seen on a loaded machine): wait for the pod to exist first.
+for _ in $(seq 180); do
+  [[ -z "$(k -n "${NAMESPACE}" get pod -l "job-name=${LOAD_JOB}" -o name)" ]] || break
+  sleep 1
+done
 k -n "${NAMESPACE}" wait pod -l "job-name=${LOAD_JOB}" --for=condition=Ready --timeout=3m
 info "producers running; letting them warm up"
 sleep "${WARMUP_SECONDS}"

@@ -45,7 +45,11 @@ def _wait_in_sync(cluster: LocalCluster, timeout: float) -> None:
 def test_taking_over_a_long_log_keeps_the_lease(tmp_path: Path) -> None:
     template = tmp_path / "template"
     end = _long_log(template)
-    cluster = LocalCluster(tmp_path / "run", mms=2, replicas=2, fixed=1, on_demand_per_mm=0, log_level="INFO")
+    # A 3 s lease: reading the log back on the loop (the defect) blocked it for seconds, while at suite load
+    # (load average 20 on the 2 cores) a 1 s lease lapsed now and then with nothing blocking.
+    cluster = LocalCluster(
+        tmp_path / "run", mms=2, replicas=2, fixed=1, on_demand_per_mm=0, log_level="INFO", lease_s=3.0
+    )
     for mm in cluster.mm_names:
         shutil.copytree(template, tmp_path / "run" / mm / PARTITION)
     with cluster:

@@ -143,15 +143,18 @@ def test_primary_pod_deleted_fails_over_fast(kube: Kube, cluster: str, operator:
         now = {p["metadata"]["name"]: status(p) for p in kube.by_type("fixed")}
         return all(now[n]["primary"] not in (victim, None) for n in led)
 
-    _, took = poll(moved, 10)
-    assert took < 2.0, f"failover took {took:.2f}s"
+    # How fast is bench/operator_failover.py's figure (about 0.3 s on an idle machine). Here the
+    # bound only tells a failover at the pod's deletion from one that waits out its termination
+    # grace (30 s): beside the rest of the suite, at load averages of 20 on the 2 cores, one took 2.9 s.
+    _, took = poll(moved, 20)
+    assert took < 10.0, f"failover took {took:.2f}s"
     after = {p["metadata"]["name"]: status(p) for p in kube.by_type("fixed")}
     for n in led:
         st = after[n]
         assert st["epoch"] == before[n]["epoch"] + 1
         assert st["primary"] in before[n]["inSync"] and st["primary"] != victim
         assert st["lastFailover"]["from"] == victim and st["lastFailover"]["to"] == st["primary"]
-        assert st["lastFailover"]["durationSeconds"] < 2.0
+        assert st["lastFailover"]["durationSeconds"] < 10.0
     for n in set(after) - led:  # partitions led elsewhere keep their epoch
         assert after[n]["epoch"] == before[n]["epoch"]
     wait_for(lambda: "FailedOver" in kube.event_reasons("Partition"), 15, "FailedOver events")
@@ -187,6 +190,7 @@ def test_operator_killed_mid_failover_finishes_it(
     The victim MM is frozen (SIGSTOP): its pod stays, its Lease expires, so only the operator's
     Lease check can find it lost — and the operator is down at that moment.
     """
+    wait_cluster_up(kube, cluster, MMS, CMS)  # every fixed partition led, whatever came before
     before = {p["metadata"]["name"]: status(p) for p in kube.by_type("fixed")}
     victim = before[f"{cluster}-fixed-1"]["primary"]
     led = {n for n, st in before.items() if st["primary"] == victim}
