@@ -203,6 +203,7 @@ class PartitionHost:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self.refuse_ack_replies(ErrorCode.MM_UNAVAILABLE, f"{self.name} is stopping")
+        self._refuse_queued_produces(ErrorCode.MM_UNAVAILABLE, f"{self.name} is stopping")
         self.write_cursors()  # nothing when the primary was closed first (the replicated ones)
         try:
             await self.storage.aclose()
@@ -226,10 +227,14 @@ class PartitionHost:
         self._tasks.clear()
         moved = f"{self.name} moved to another primary"
         self.refuse_ack_replies(ErrorCode.NOT_PRIMARY, moved)
+        self._refuse_queued_produces(ErrorCode.NOT_PRIMARY, moved)
+
+    def _refuse_queued_produces(self, code: ErrorCode, why: str) -> None:
+        """Answer the produces no worker took (the host stops serving): the producers resend."""
         queued = list(self._produce_q)
         self._produce_q.clear()
         for conn, frame in queued:
-            send(conn, error_frame(ErrorCode.NOT_PRIMARY, moved, frame.get("c")))
+            send(conn, error_frame(code, why, frame.get("c")))
 
     # -- produce ---------------------------------------------------------------------------------
     def enqueue_produce(self, conn: Any, frame: dict[str, Any]) -> None:
@@ -366,6 +371,12 @@ class PartitionHost:
                 # ``minInSync`` is for acknowledging producers; the broker's own batches (``_DMQ``
                 # moves, ``_LOG`` events) only need the in-sync replicas, as cursors do.
                 await self.commit(end, min_in_sync=stored)
+            except asyncio.CancelledError:
+                # Halted or stopped mid-commit (demoted, the partition deleted): every request taken
+                # is still answered, refused answers as they are. Nothing else would answer them:
+                # the CM's link stays up, and its producer would wait for ever.
+                _answer(_not_acknowledged(acks, ErrorCode.NOT_PRIMARY, f"{self.name} stopped serving"))
+                raise
             except Exception as exc:
                 # A failed commit has a retriable ``frame_code`` (NOT_PRIMARY, MM_UNAVAILABLE): the
                 # producers resend and the sequence numbers drop duplicates. A refused produce
@@ -373,15 +384,8 @@ class PartitionHost:
                 code = exc.frame_code if isinstance(exc, CommitError) else None
                 if code is None:
                     log.exception("flush failed on %s", self.name)
-                acks = [
-                    (c, error_frame(code or ErrorCode.INTERNAL, f"not acknowledged: {exc}", f.get("r")))
-                    if f["t"] == FrameType.PRODUCE_ACK
-                    else (c, f)
-                    for c, f in acks
-                ]
-            for conn, reply in acks:
-                # A transport may close before ``conn.closed`` says so: that must not end the worker.
-                send(conn, reply)
+                acks = _not_acknowledged(acks, code or ErrorCode.INTERNAL, f"not acknowledged: {exc}")
+            _answer(acks)
             self._wake()
 
     async def commit(self, end: int, *, min_in_sync: bool = True) -> None:
@@ -609,3 +613,18 @@ class PartitionHost:
 def _refuse(replies: list[tuple[Any, dict[str, Any]]], code: ErrorCode, why: str) -> None:
     for conn, frame in replies:
         send(conn, error_frame(code, why, frame.get("c")))
+
+
+def _not_acknowledged(
+    acks: list[tuple[Any, dict[str, Any]]], code: ErrorCode, why: str
+) -> list[tuple[Any, dict[str, Any]]]:
+    """The answers with each acknowledgement turned into the error ``code`` (a refusal stays)."""
+    return [
+        (c, error_frame(code, why, f.get("r")) if f["t"] == FrameType.PRODUCE_ACK else f) for c, f in acks
+    ]
+
+
+def _answer(acks: list[tuple[Any, dict[str, Any]]]) -> None:
+    for conn, reply in acks:
+        # A transport may close before ``conn.closed`` says so: that must not end the worker.
+        send(conn, reply)
