@@ -301,10 +301,12 @@ class ConnectionManager:
         self._sync_links()
         table = self.source.partitions()
         moved: dict[str, list[str]] = {}  # former primary -> the partitions that moved off it
-        for name, a in table.items():
-            old = self._primaries.get(name)
-            if old is not None and old != a.primary:
+        for name, old in self._primaries.items():
+            a = table.get(name)
+            # Left the table (a drained on-demand partition deleted): its MM stops serving it too.
+            if old is not None and (a is None or old != a.primary):
                 moved.setdefault(old, []).append(name)
+        for name, a in table.items():
             self._new_epoch(name, a.epoch)
         self._primaries = {n: a.primary for n, a in table.items()}
         for mm, partitions in sorted(moved.items()):
