@@ -33,7 +33,7 @@ from hybridmq.client.fetcher import (
     PartitionMeta,
 )
 from hybridmq.client.message import Ack, Message
-from hybridmq.client.producer import Producer
+from hybridmq.client.producer import DeliveryTimeout, Producer
 from hybridmq.client.session import ClientClosedError
 from hybridmq.client.tx_session import Session, TransactionRolledBack
 
@@ -45,6 +45,7 @@ __all__ = [
     "ClientClosedError",
     "ClientError",
     "Consumer",
+    "DeliveryTimeout",
     "FetchResult",
     "FetchedBatch",
     "Fetcher",

@@ -13,7 +13,7 @@ The parts, each in its module:
   ``batch_bytes`` or ``linger_ms``; a batch is ONE PRODUCE frame whose records blob the brokers
   never decode, with one future for all its records;
 * the sender (``sender.py``): many batches in flight, retries of transient refusals until
-  ``delivery_timeout``;
+  ``delivery_timeout``; a batch the brokers never answer fails there too (``DeliveryTimeout``);
 * the on-demand move (``move.py``): an on-demand producer whose partition stops taking writes
   moves to another one exactly once and in order;
 * streams (``stream.py``): ``send_stream`` sends a very large message as a sequence of chunks.
@@ -35,7 +35,7 @@ from hybridmq.client.connection import ClientError
 from hybridmq.client.message import Ack
 from hybridmq.client.producer.accumulator import FRAME_MARGIN, MAX_RECORD_BYTES, Accumulator, RecordTooLarge
 from hybridmq.client.producer.move import OnDemandMove
-from hybridmq.client.producer.sender import FIXED_RETRIABLE, RETRIABLE, Sender
+from hybridmq.client.producer.sender import FIXED_RETRIABLE, RETRIABLE, DeliveryTimeout, Sender
 from hybridmq.client.producer.stream import send_stream
 from hybridmq.client.send_log import SendLog, SendLogTarget
 from hybridmq.client.session import (
@@ -47,7 +47,7 @@ from hybridmq.client.session import (
 )
 from hybridmq.protocol import Connection, RemoteError
 
-__all__ = ["MAX_RECORD_BYTES", "Producer", "RecordTooLarge"]
+__all__ = ["MAX_RECORD_BYTES", "DeliveryTimeout", "Producer", "RecordTooLarge"]
 
 _new_ack = tuple.__new__  # Ack's own __new__ is one Python call more per record
 

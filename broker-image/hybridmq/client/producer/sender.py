@@ -42,6 +42,10 @@ RETRIABLE = frozenset(
 FIXED_RETRIABLE = RETRIABLE | {ErrorCode.PARTITION_NOT_WRITABLE}
 FIRST_RETRY_S = 0.05
 MAX_RETRY_S = 0.5
+OVERDUE_CHECK_S = 0.5  # how often in-flight requests are checked against their deadline
+# A request sent just before (or, with ``delivery_timeout=0``, at) its batch's deadline still gets
+# this long for its answer before it counts as lost.
+MIN_ANSWER_WAIT_S = 10.0
 
 Frame = dict[str, Any]
 Result = asyncio.Future[BatchResult]
@@ -83,6 +87,11 @@ class Sender:
         # Refused as out of order (an earlier batch is being resent): go again once a batch is
         # acknowledged. Result -> (frame, size, deadline, next delay).
         self._after_ack: dict[Result, tuple[Frame, int, float, float]] = {}
+        # Requests in flight -> when they count as lost: one the brokers never answer fails at its
+        # batch's deadline (Kafka's delivery timeout), so ``send``, ``flush`` and ``close`` cannot
+        # wait for ever.
+        self._in_flight: dict[asyncio.Future[Any], float] = {}
+        self._overdue_check: asyncio.TimerHandle | None = None
 
     @property
     def idle(self) -> bool:
@@ -148,8 +157,12 @@ class Sender:
         except Exception as exc:
             self.finish(frame, result, size, exc)
             return
+        self._in_flight[fut] = max(deadline, loop.time() + MIN_ANSWER_WAIT_S)
+        if self._overdue_check is None:
+            self._overdue_check = loop.call_later(OVERDUE_CHECK_S, self._fail_overdue)
 
         def done(f: asyncio.Future[Any]) -> None:
+            self._in_flight.pop(f, None)
             exc = f.exception()
             if isinstance(exc, RemoteError) and not self.session.conn.closed:
                 if exc.code in MOVED and loop.time() < deadline:
@@ -213,6 +226,20 @@ class Sender:
         else:
             result.set_exception(self.session.error or exc)
 
+    def _fail_overdue(self) -> None:
+        """Fail each request still unanswered at its batch's deadline, then check again later
+        while any is in flight. Its batch fails with ``DeliveryTimeout``: it may or may not be
+        stored, as with any failed batch (the next batch starts a new producer epoch)."""
+        self._overdue_check = None
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        for fut, deadline in list(self._in_flight.items()):
+            if now >= deadline and not fut.done():
+                why = f"no answer from the brokers within {self.delivery_timeout:g}s"
+                fut.set_exception(DeliveryTimeout(why))
+        if self._in_flight:
+            self._overdue_check = loop.call_later(OVERDUE_CHECK_S, self._fail_overdue)
+
     def _resend_waiting(self, result: Result) -> None:
         """Resend a batch refused as out of order (after an acknowledgement, or its fallback timer)."""
         entry = self._after_ack.pop(result, None)
@@ -241,6 +268,10 @@ class Sender:
         error = self.session.error or ConnectionError("no CM reachable")
         for frame, result, size in parked:
             self.finish(frame, result, size, error)
+
+
+class DeliveryTimeout(TimeoutError):
+    """A batch got no answer within the producer's ``delivery_timeout``."""
 
 
 def _order(frame: Frame) -> tuple[int, int]:
