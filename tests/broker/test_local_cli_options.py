@@ -192,7 +192,9 @@ def test_a_cm_starts_while_another_one_is_stopped(run: LocalRun) -> None:
         began = time.monotonic()
         started = run.local("start", "cm-0")
         assert started.returncode == 0, started.stderr
-        assert time.monotonic() - began < 15
+        # Waiting for the frozen cm-1 would take the whole 60 s start bound (and fail); a loaded
+        # machine takes 15-20 s to start a Python process and link it.
+        assert time.monotonic() - began < 45
     finally:
         assert run.local("kill", "cm-1", "--signal", "CONT").returncode == 0
     assert _state(run) == {"cm-0": "running", "cm-1": "running", "mm-0": "running"}
