@@ -189,6 +189,9 @@ class ErrorCode(IntEnum):
     OFFSET_OUT_OF_RANGE = 27
     # Fewer in-sync copies than the partition's minInSync: nothing stored, resend later (retriable).
     NOT_ENOUGH_REPLICAS = 28
+    # The partition's backlog stayed over its limit (a consumer too far behind) while the produce
+    # waited: nothing stored, resend later (retriable).
+    BACKLOG_FULL = 29
     INVALID_REQUEST = 30
     UNKNOWN_SUBSCRIPTION = 31
     STALE_DELIVERY = 32

@@ -14,7 +14,10 @@ in-sync count: a fenced or superseded primary writes nothing at all.
 Flow control toward producers: while the backlog (log end minus the lowest cursor of any queue or
 subscription) exceeds ``max_backlog`` records the worker stops appending, so produce acks stop,
 producers' in-flight windows fill up and ``Producer.try_send`` returns False. Memory stays bounded:
-the data is on disk, in flight are only the producers' windows.
+the data is on disk, in flight are only the producers' windows. A produce held behind the closed
+gate for ``gate_hold_s`` is refused with BACKLOG_FULL (nothing stored; the producer resends until
+its delivery timeout): no request waits unanswered for longer, so a producer that gives up never
+finds its batch stored after all.
 
 Delivery: the partition's ``DeliveryEngine`` (``delivery_engine.py``) hands out its records to
 queues and subscriptions, redelivers and moves records to ``_DMQ``; this host feeds it (appends,
@@ -88,6 +91,10 @@ from hybridmq.broker.transactions.participant import TxParticipant
 
 log = logging.getLogger(__name__)
 
+# A produce waits this long behind a closed backlog gate, then is refused (BACKLOG_FULL, retriable).
+GATE_HOLD_S = 5.0
+GATE_CHECK_S = 0.5  # how often the worker looks at the held produces while the gate is closed
+
 # How a refused append is answered: every one is retriable but a stale epoch.
 _REFUSED: tuple[tuple[type[Exception], ErrorCode], ...] = (
     (FencedEpochError, ErrorCode.STALE_EPOCH),
@@ -131,6 +138,7 @@ class PartitionHost:
         commit_timeout_s: float = 5.0,
         only_destination: str | None = None,
         retain_bytes: int | None = None,
+        gate_hold_s: float = GATE_HOLD_S,
     ) -> None:
         self.name = name
         self.storage = storage
@@ -144,9 +152,10 @@ class PartitionHost:
         self.only_destination = only_destination
         self.retain_bytes = retain_bytes
         self.max_backlog = max_backlog
-        self._produce_q: deque[tuple[Any, dict[str, Any]]] = deque()
+        self._produce_q: deque[tuple[Any, dict[str, Any], float]] = deque()  # (conn, frame, arrived)
         self._produce_ready = asyncio.Event()
         self.gate = BacklogGate(max_backlog)
+        self.gate_hold_s = gate_hold_s
         self._wake = wake or (lambda: None)
         self._tasks: list[asyncio.Task[None]] = []
         self.appended_records = 0
@@ -233,12 +242,12 @@ class PartitionHost:
         """Answer the produces no worker took (the host stops serving): the producers resend."""
         queued = list(self._produce_q)
         self._produce_q.clear()
-        for conn, frame in queued:
+        for conn, frame, _ in queued:
             send(conn, error_frame(code, why, frame.get("c")))
 
     # -- produce ---------------------------------------------------------------------------------
     def enqueue_produce(self, conn: Any, frame: dict[str, Any]) -> None:
-        self._produce_q.append((conn, frame))
+        self._produce_q.append((conn, frame, time.monotonic()))
         self._produce_ready.set()
 
     def append_internal(
@@ -357,12 +366,16 @@ class PartitionHost:
         while True:
             await self._produce_ready.wait()
             self._check_space()
-            await self.gate.wait()
+            while self.gate.blocked:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(GATE_CHECK_S):
+                        await self.gate.wait()
+                self._refuse_held_since(time.monotonic() - self.gate_hold_s)
             batch = list(self._produce_q)
             self._produce_q.clear()
             self._produce_ready.clear()
             acks: list[tuple[Any, dict[str, Any]]] = []
-            for conn, frame in batch:
+            for conn, frame, _ in batch:
                 acks.append((conn, self._append_one(frame)))
             stored = any(reply["t"] == FrameType.PRODUCE_ACK for _, reply in acks)
             try:
@@ -387,6 +400,15 @@ class PartitionHost:
                 acks = _not_acknowledged(acks, code or ErrorCode.INTERNAL, f"not acknowledged: {exc}")
             _answer(acks)
             self._wake()
+
+    def _refuse_held_since(self, arrived_before: float) -> None:
+        """Refuse the produces that have waited behind the closed gate since ``arrived_before``
+        (the queue is in arrival order)."""
+        queue = self._produce_q
+        why = f"{self.name}: backlog over {self.max_backlog} records for {self.gate_hold_s:g}s: not stored"
+        while queue and queue[0][2] <= arrived_before:
+            conn, frame, _ = queue.popleft()
+            send(conn, error_frame(ErrorCode.BACKLOG_FULL, why, frame.get("c")))
 
     async def commit(self, end: int, *, min_in_sync: bool = True) -> None:
         """Return once every record below ``end`` is flushed and covered by the high watermark

@@ -35,6 +35,7 @@ RETRIABLE = frozenset(
         ErrorCode.STALE_EPOCH,
         ErrorCode.OUT_OF_ORDER_SEQUENCE,
         ErrorCode.NOT_ENOUGH_REPLICAS,
+        ErrorCode.BACKLOG_FULL,
     }
 )
 # A fixed partition keeps its identity for ever: refusing writes is only a failover in progress
