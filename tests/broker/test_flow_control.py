@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from pathlib import Path
 
 import psutil
+import pytest
 
-from hybridmq.client import Consumer, Message, Producer
+from hybridmq.api.frames import ErrorCode
+from hybridmq.client import ClientError, Consumer, Message, Producer
 from hybridmq.local.runner import LocalCluster
 
 
@@ -57,3 +60,38 @@ async def test_slow_consumer_throttles_producer_and_memory_stays_bounded(tmp_pat
         assert producer.try_send("queue:slow", value)
         await producer.close()
         await consumer.close()
+
+
+async def test_a_producer_held_past_its_delivery_timeout_fails_and_nothing_is_stored(tmp_path: Path) -> None:
+    """Nobody consumes: past ``--max-backlog`` the partition takes no more, a held batch is refused
+    (BACKLOG_FULL) and resent until the producer's delivery timeout, then fails; the consumer that
+    comes later gets every acknowledged message and never the failed one."""
+    cluster = LocalCluster(
+        tmp_path, mms=1, fixed_per_mm=1, on_demand_per_mm=0, mm_args=["--max-backlog", "20"]
+    )
+    with cluster:
+        producer = await Producer.connect(
+            cluster.bootstrap, partition_type="fixed", linger_ms=0, delivery_timeout=8.0
+        )
+        acked: list[bytes] = []
+        for i in range(21):  # one past the limit: the backlog is over it once the last is stored
+            value = b"kept-%d" % i
+            await producer.send("queue:full", value)
+            acked.append(value)
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        with pytest.raises(ClientError) as refused:
+            await asyncio.wait_for(producer.send("queue:full", b"refused"), 60)
+        assert refused.value.code == ErrorCode.BACKLOG_FULL, refused.value
+        assert 8.0 <= loop.time() - began < 30, loop.time() - began
+        await producer.close()
+
+        consumer = await Consumer.connect(cluster.bootstrap, "queue:full")
+        got: list[bytes] = []
+        with contextlib.suppress(TimeoutError):
+            while True:
+                m = await consumer.receive(timeout=3)
+                if isinstance(m, Message):
+                    got.append(m.value)
+        await consumer.close()
+        assert got == acked, got
