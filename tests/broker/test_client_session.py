@@ -71,3 +71,30 @@ async def test_awaited_sends_cost_no_task_of_their_own(cluster: LocalCluster) ->
     assert added <= 2, added
     offsets = sorted(a.offset for a in acks)
     assert offsets == list(range(offsets[0], offsets[0] + 1000)), offsets[:5]
+
+
+@pytest.mark.parametrize("linger_ms", [0, 200])
+async def test_a_cancelled_send_cancels_only_itself(cluster: LocalCluster, linger_ms: int) -> None:
+    """Three sends share one batch; the middle one's task is cancelled (an application's timeout).
+    The other two still get their acknowledgements, flush and close do not raise, and the batch,
+    the cancelled send's record with it, is stored once."""
+    queue = f"queue:cancel-one-{linger_ms}"
+    async with await Producer.connect(
+        cluster.bootstrap, partition_type="fixed", key="cancel", linger_ms=linger_ms
+    ) as p:
+        sends = [asyncio.create_task(p.send(queue, b"%d" % i)) for i in range(3)]
+        await asyncio.sleep(0)  # each send appended its record to the open batch and waits for it
+        sends[1].cancel()
+        first, last = await sends[0], await sends[2]
+        assert sends[1].cancelled()
+        assert (last.partition, last.offset) == (first.partition, first.offset + 2), (first, last)
+        await p.flush()
+    consumer = await Consumer.connect(cluster.bootstrap, queue)
+    got = []
+    with contextlib.suppress(TimeoutError):
+        while len(got) < 4:
+            m = await consumer.receive(timeout=3)
+            if isinstance(m, Message):
+                got.append(m.value)
+    await consumer.close()
+    assert got == [b"0", b"1", b"2"], got

@@ -210,7 +210,14 @@ class Producer(SessionClient):
             self._check_open()
         batch, index = self._acc.append(dest, value, key, headers, ttl_ms)
         # A batch acknowledged by (or found stored in) the partition it left in a move names that one.
-        partition, base = await batch.future
+        try:
+            partition, base = await batch.future
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if not batch.future.cancelled() or task is None or task.cancelling():
+                raise  # this send itself was cancelled
+            # Another send of the same batch was cancelled, and with it the batch's shared future.
+            partition, base = await asyncio.shield(self._sender.outcome(batch.future))
         return _new_ack(Ack, (partition, base + index if base >= 0 else -1))
 
     async def flush(self) -> None:
@@ -219,9 +226,17 @@ class Producer(SessionClient):
         conn = self.session.conn
         if not conn.closed:
             await conn.drain()
-        pending = list(self._sender.outstanding)
-        if pending:
-            await asyncio.gather(*pending)
+        # A batch whose (shared) future a cancelled send cancelled still counts: its outcome does.
+        # Shielded: cancelling flush (or close) must not cancel the batches' futures under the sends.
+        waits = [self._sender.outcome(r) if r.cancelled() else r for r in self._sender.outstanding]
+        first: BaseException | None = None
+        while waits:
+            results = await asyncio.shield(asyncio.gather(*waits, return_exceptions=True))
+            errors = (r for r in results if isinstance(r, BaseException))
+            first = first or next((e for e in errors if not isinstance(e, asyncio.CancelledError)), None)
+            waits = [self._sender.outcome(w) for w in waits if w.cancelled()]
+        if first is not None:
+            raise first
 
     async def send_stream(
         self,

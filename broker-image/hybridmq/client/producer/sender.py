@@ -13,6 +13,7 @@ was lost waits for the session's next connection and is resent there, in sequenc
 from __future__ import annotations
 
 import asyncio
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -93,6 +94,10 @@ class Sender:
         # wait for ever.
         self._in_flight: dict[asyncio.Future[Any], float] = {}
         self._overdue_check: asyncio.TimerHandle | None = None
+        # A batch's result is one future shared by its records' sends: when the task of one of them
+        # is cancelled, asyncio cancels that future. The batch goes on; its real outcome is kept here
+        # for the other sends (``outcome``) and ``flush``.
+        self._outcomes: weakref.WeakKeyDictionary[Result, Result] = weakref.WeakKeyDictionary()
 
     @property
     def idle(self) -> bool:
@@ -202,7 +207,7 @@ class Sender:
     ) -> None:
         """The batch is acknowledged (``reply``) or given up (``exc``) - or, when its connection
         was lost and the session is opening another one, parked to be resent there."""
-        if exc is not None and not result.done() and self._lost_with_connection(exc):
+        if exc is not None and not _settled(result) and self._lost_with_connection(exc):
             self._reconnect_parked.append((frame, result, size))
             return
         self.inflight -= size
@@ -218,6 +223,8 @@ class Sender:
         if exc is None and self._after_ack:
             for waiting in sorted(self._after_ack, key=lambda r: _order(self._after_ack[r][0])):
                 self._resend_waiting(waiting)
+        if result.cancelled():
+            result = self.outcome(result)
         if result.done():
             return
         if exc is None:
@@ -226,6 +233,16 @@ class Sender:
             result.set_exception(ClientError(exc.code, exc.msg))
         else:
             result.set_exception(self.session.error or exc)
+
+    def outcome(self, result: Result) -> Result:
+        """What a batch whose (shared) result was cancelled really came to: a future resolved when
+        the batch is acknowledged or given up (``finish`` resolves it: a cancelled result is always
+        cancelled before its batch finishes)."""
+        later = self._outcomes.get(result)
+        if later is None:
+            later = self._outcomes[result] = asyncio.get_running_loop().create_future()
+            later.add_done_callback(_retrieve)
+        return later
 
     def _fail_overdue(self) -> None:
         """Fail each request still unanswered at its batch's deadline, then check again later
@@ -244,7 +261,7 @@ class Sender:
     def _resend_waiting(self, result: Result) -> None:
         """Resend a batch refused as out of order (after an acknowledgement, or its fallback timer)."""
         entry = self._after_ack.pop(result, None)
-        if entry is None or result.done():
+        if entry is None or _settled(result):
             return
         frame, size, deadline, delay = entry
         self.attempt(frame, result, size, deadline, delay)
@@ -277,6 +294,12 @@ class DeliveryTimeout(TimeoutError):
 
 def _order(frame: Frame) -> tuple[int, int]:
     return int(frame["pep"]), int(frame["seq"])
+
+
+def _settled(result: Result) -> bool:
+    """Acknowledged or given up. A cancelled result is not: another send of its batch may still be
+    waiting for the batch's outcome (``Sender.outcome``)."""
+    return result.done() and not result.cancelled()
 
 
 def _retrieve(result: Result) -> None:
