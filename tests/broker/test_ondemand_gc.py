@@ -52,6 +52,9 @@ async def _kill_under_load(
     if commit_as is not None:
         await reader.commit(fetcher, commit_as)
     await asyncio.sleep(0.5)
+    # Killed with its backup in sync: a backup that a loaded machine left behind would leave the
+    # partition without a copy to take over (its metadata MM_UNAVAILABLE for good).
+    await asyncio.to_thread(cluster.wait_in_sync, 30)
     cluster.kill_mm(victim, signal.SIGKILL)
     await until(
         lambda: cluster.table()[victim_partition].state == PartitionState.DRAINING, 10, "the takeover"
