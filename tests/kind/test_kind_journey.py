@@ -70,7 +70,9 @@ def run_demo(
 def test_kind_demo_passes_with_failover_times(kind_cluster: KindCluster) -> None:
     out, status_updated, resumed = run_demo(kind_cluster)
     assert 0 < status_updated < 120
-    assert resumed is not None and status_updated <= resumed < 120
+    # From the fixed producer's own log: the send the failover held was acknowledged by then (it
+    # may come before a watch on the status sees the new primary).
+    assert resumed is not None and 0 < resumed < 120
     # Both producers ran in a pod that reached the CMs by the Service's DNS name, and sent everything.
     assert f"the producers reach the CMs at {CLUSTER}.{NAMESPACE}.svc:" in out
     assert out.count(f"sent {MESSAGES}") == 2, out[-3000:]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -98,3 +99,38 @@ def test_first_ack_after_the_stop() -> None:
     log = ["acked 1 1000", "acked 2 1990", "noise", "acked 3 2500", "sent 3"]
     assert node_loss.first_acks(log, 2000) == 2500
     assert node_loss.first_acks(log, 3000) is None
+
+
+def test_the_send_the_failover_held_is_the_longest_wait_after_the_deletion() -> None:
+    log = [
+        "acked 1 1000 900.0",  # before the deletion: not counted, however long it waited
+        "acked 2 2010 4.0",  # in flight at the deletion, acknowledged by the old primary at once
+        "acked 3 2900 850.5",  # held by the failover
+        "acked 4 2905 3.0",
+        "pid-7,4",
+        "acked 5 9000 20.0",
+        "acked 6 40000 2000.0",  # beyond the window
+    ]
+    assert node_loss.longest_stall(log, 2000, 30_000) == (2900, 850.5)
+    assert node_loss.longest_stall(log, 50_000, 30_000) is None
+
+
+def test_stall_command_prints_the_demo_figure(tmp_path: Path) -> None:
+    """What the demo runs: ``node_loss.py stall --since-ms T --within-s S LOG`` in the host's python3."""
+    log = tmp_path / "fixed"
+    log.write_text("acked 1 1000 5.0\nacked 2 2600 700.0\nacked 3 2610 2.0\nsent 3\n")
+    done = subprocess.run(
+        ["python3", str(SCRIPT), "stall", "--since-ms", "2000", "--within-s", "30", str(log)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["producer_longest_wait_ms=700.0", "producers_resumed_s=0.600"]
+    empty = subprocess.run(
+        ["python3", str(SCRIPT), "stall", "--since-ms", "9000", str(log)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert (empty.returncode, empty.stdout.strip()) == (1, "producers_resumed_s=none")
