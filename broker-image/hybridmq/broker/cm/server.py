@@ -95,6 +95,7 @@ from hybridmq.broker.dispatch import Dispatcher, Entry, Mode
 from hybridmq.broker.ids import IdGenerator
 from hybridmq.broker.log_events import LogEventBuffer, log_partition, log_partition_owner
 from hybridmq.broker.routing import Routes, Unroutable
+from hybridmq.broker.routing.held_requests import HeldRequests
 from hybridmq.broker.transactions.coordinator import TxManager
 from hybridmq.broker.transactions.resolver import resolve_forever
 from hybridmq.protocol import Connection, ProtocolError, RemoteError, read_frame
@@ -166,6 +167,9 @@ class ConnectionManager:
         self.auth_reloads = 0
         self.ready = False
         self.produced_batches = 0
+        # Produces whose partition has no primary this CM reaches (its MM lost, the table not yet
+        # naming another, the link not up): forwarded the moment it does (``_forward_held``).
+        self.held: HeldRequests[Session] = HeldRequests(ErrorCode.MM_UNAVAILABLE)
         self.delivered_batches = 0
         self.tx = TxManager(self)  # transacted sessions: this CM is their transaction manager
         self._dispatch = Dispatcher(self._dispatch_table(), lambda session: session.conn)
@@ -225,6 +229,7 @@ class ConnectionManager:
         for server in (self._server, self._local_server):
             if server is not None:
                 server.close()
+        self.held.refuse_all(f"{self.config.name} is stopping")
         for s in list(self.sessions.values()):
             s.conn.close()
         for link in self.links.values():
@@ -309,6 +314,7 @@ class ConnectionManager:
         for name, a in table.items():
             self._new_epoch(name, a.epoch)
         self._primaries = {n: a.primary for n, a in table.items()}
+        self._forward_held()
         for mm, partitions in sorted(moved.items()):
             link = self.links.get(mm)
             if link is None:
@@ -378,6 +384,7 @@ class ConnectionManager:
 
     async def _replay_subscriptions(self, link: MMLink) -> None:
         assert link.conn is not None
+        self._forward_held()  # the link is up: what waited for its MM goes now
         for entry in list(self.subs.values()):
             fut = link.conn.request_nowait(dict(entry.mm_frame))
             fut.add_done_callback(lambda f: f.exception())
@@ -536,7 +543,6 @@ class ConnectionManager:
         )
 
     def _produce(self, session: Session, frame: dict[str, Any]) -> Any:
-        corr = frame.get("c")
         raw = frame.get("d")
         if not isinstance(raw, str) or not raw or len(raw) > MAX_PATTERN:
             session.conn.reply_error(
@@ -556,6 +562,16 @@ class ConnectionManager:
                 frame, ErrorCode.ACL_DENIED, f"user {session.user!r} may not produce to {dest!r}"
             )
             return None
+        frame["d"] = dest
+        conn = self._forward(session, frame, resent=False)
+        if conn is not None and conn.write_buffer_size > HIGH_WATER:
+            return conn.drain()
+        return None
+
+    def _forward(self, session: Session, frame: dict[str, Any], *, resent: bool) -> Connection | None:
+        """Send a checked PRODUCE to its partition's primary, stamped with the table's epoch (the
+        connection it went on), or hold it while no primary is reachable, or refuse it."""
+        corr = frame.get("c")
         partition = str(frame.get("p", ""))
         a = self.source.partitions().get(partition)
         if a is not None and not a.writable:
@@ -564,22 +580,23 @@ class ConnectionManager:
         try:
             route = self.routes.primary(partition)
         except Unroutable as exc:
+            if exc.code == ErrorCode.MM_UNAVAILABLE and self.held.hold(partition, session, frame):
+                return None
             session.conn.reply_error(frame, exc.code, exc.msg)
             return None
-        frame["d"] = dest
         frame["e"] = route.epoch
         try:
-            fut = route.link.request(partition, frame)
+            fut = route.link.request(partition, frame)  # the link's correlation id replaces the client's
         except ConnectionClosed:  # the MM went away a moment ago: the producer resends
             session.conn.reply_error(frame, ErrorCode.MM_UNAVAILABLE, f"primary of {partition} unavailable")
             return None
-        fut.add_done_callback(partial(self._produced, session, corr))
+        fut.add_done_callback(partial(self._produced, session, corr, frame, resent))
         self.produced_batches += 1
-        if route.conn.write_buffer_size > HIGH_WATER:
-            return route.conn.drain()
-        return None
+        return route.conn
 
-    def _produced(self, session: Session, corr: Any, fut: asyncio.Future[Any]) -> None:
+    def _produced(
+        self, session: Session, corr: Any, frame: dict[str, Any], resent: bool, fut: asyncio.Future[Any]
+    ) -> None:
         if session.conn.closed:
             return
         exc = fut.exception()
@@ -588,9 +605,25 @@ class ConnectionManager:
             reply["r"] = corr
         elif isinstance(exc, RemoteError):
             reply = error_frame(ErrorCode(exc.code), exc.msg, corr)
+        elif not resent:
+            # The link lost, or the partition's primary moved off its MM, before the answer came:
+            # forwarded once more, to the primary the table names now or once it names one (the MM
+            # stores a resend once, by its producer id and sequence).
+            frame["c"] = corr
+            self._forward(session, frame, resent=True)
+            return
         else:
             reply = error_frame(ErrorCode.MM_UNAVAILABLE, f"lost the MM: {exc}", corr)
         session.conn.send_nowait(reply)
+
+    def _forward_held(self) -> None:
+        """Forward the held produces of each partition whose primary this CM reaches now."""
+        for partition in self.held.partitions():
+            try:
+                self.routes.primary(partition)
+            except Unroutable:
+                continue
+            self.held.release(partition, lambda session, frame: self._forward(session, frame, resent=True))
 
     # -- consume ---------------------------------------------------------------------------------
     async def _subscribe(self, session: Session, frame: dict[str, Any]) -> None:
@@ -746,6 +779,7 @@ class ConnectionManager:
             "sessions": len(self.sessions),
             "subscriptions": len(self.subs),
             "produced_batches": self.produced_batches,
+            "produces": self.held.stats(),  # held while no primary is reachable
             "delivered_batches": self.delivered_batches,
             "mm_links": {n: self.routes.up(n) for n in self.links},
             "applications": self._app_counts(),

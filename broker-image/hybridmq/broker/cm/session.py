@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from hybridmq.api.frames import ErrorCode
 from hybridmq.protocol import Connection
 
 
@@ -17,6 +18,14 @@ class Session:
     app: str = ""
     subs: dict[int, str] = field(default_factory=dict)  # the client's subscription id -> its key
     producers: dict[str, str] = field(default_factory=dict)  # producer id -> partition
+
+    # Answered like a connection: a request the CM holds for it (``HeldRequests``) may be refused.
+    @property
+    def closed(self) -> bool:
+        return self.conn.closed
+
+    def reply_error(self, request: dict[str, Any], code: ErrorCode, msg: str) -> None:
+        self.conn.reply_error(request, code, msg)
 
 
 @dataclass

@@ -10,8 +10,9 @@ from hybridmq.broker.assignment_source import AssignmentSource
 from hybridmq.broker.mm.config import MMConfig
 from hybridmq.broker.mm.hosted import HostedPartitions, Subscriptions
 from hybridmq.broker.mm.liveness import Liveness
-from hybridmq.broker.mm.promotion_waits import PromotionWaits
 from hybridmq.broker.mm.replica_manager import ReplicaManager
+from hybridmq.broker.routing.held_requests import HeldRequests
+from hybridmq.protocol import Connection
 
 
 class MMContext(Protocol):
@@ -34,7 +35,7 @@ class MMContext(Protocol):
     def subscriptions(self) -> Subscriptions: ...  # the CMs' consumer links
 
     @property
-    def promotion_waits(self) -> PromotionWaits: ...  # produces held while a promotion finishes
+    def promotion_waits(self) -> HeldRequests[Connection]: ...  # produces held while a promotion finishes
 
     @property
     def replica_manager(self) -> ReplicaManager: ...

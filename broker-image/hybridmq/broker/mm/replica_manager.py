@@ -44,7 +44,6 @@ from hybridmq.broker.mm.config import MMConfig
 from hybridmq.broker.mm.hosted import HostedPartitions, Subscriptions
 from hybridmq.broker.mm.liveness import Liveness
 from hybridmq.broker.mm.partition import PartitionHost
-from hybridmq.broker.mm.promotion_waits import PromotionWaits
 from hybridmq.broker.mm.replica_batch import FetchBatcher, decode_request, encode_response
 from hybridmq.broker.mm.replica_transport import PeerLinks, TcpPrimaryTransport
 from hybridmq.broker.mm.storage import PartitionStorage
@@ -61,6 +60,7 @@ from hybridmq.broker.replication import (
     to_wire,
 )
 from hybridmq.broker.replication.fetch_batch import BatchItem, serve_batch
+from hybridmq.broker.routing.held_requests import HeldRequests
 from hybridmq.protocol import Connection
 from hybridmq.protocol.connection import ConnectionClosed
 
@@ -155,7 +155,7 @@ class ReplicaManager:
         liveness: Liveness,
         *,
         wake: Callable[[], None],
-        promotion_waits: PromotionWaits,
+        promotion_waits: HeldRequests[Connection],
         subscriptions: Subscriptions,
         lag_time_ms: float = 3000,
         commit_timeout_s: float = 5.0,

@@ -33,10 +33,10 @@ from hybridmq.broker.mm.hosted import Subscriptions
 from hybridmq.broker.mm.internal_log import open_internal_log
 from hybridmq.broker.mm.liveness import Liveness, NoLease
 from hybridmq.broker.mm.partition import PartitionHost
-from hybridmq.broker.mm.promotion_waits import PromotionWaits
 from hybridmq.broker.mm.readiness import CatchUp
 from hybridmq.broker.mm.replica_manager import ReplicaManager
 from hybridmq.broker.mm.replica_transport import REPLICA_FRAMES
+from hybridmq.broker.routing.held_requests import HeldRequests
 from hybridmq.broker.transactions import mm_handler as tx_handler
 from hybridmq.broker.transactions.mm_handler import TX_FRAMES
 from hybridmq.protocol import Connection, ProtocolError, read_frame
@@ -60,7 +60,9 @@ class MessageManager:
         self.config = config
         self.source = source
         self.liveness: Liveness = liveness if liveness is not None else NoLease()
-        self.promotion_waits = PromotionWaits()  # produces for partitions this MM is taking over
+        self.promotion_waits: HeldRequests[Connection] = HeldRequests(
+            ErrorCode.NOT_PRIMARY
+        )  # for partitions taken over
         self.subscriptions = Subscriptions()  # the CMs' consumer links, changed here alone
         self.replica_manager = ReplicaManager(
             config,
@@ -251,7 +253,7 @@ class MessageManager:
     def _taking_over(self, name: str, host: PartitionHost | None, frame: dict[str, Any]) -> bool:
         """A produce routed (epoch ``e``) to this MM before it serves ``name`` at that epoch, while
         its table names it primary at ``e`` (the promotion is under way) or does not know ``e``
-        yet (the table is on the way): held until the promotion is done (``PromotionWaits``)."""
+        yet (the table is on the way): held until the promotion is done (``HeldRequests``)."""
         epoch = frame.get("e")
         if not isinstance(epoch, int) or (host is not None and host.epoch >= epoch):
             return False

@@ -2,9 +2,10 @@
 
 Every request about a partition (a produce, an acknowledgement, a fetch, a transaction step, a
 takeover marker) goes to the primary the assignment table names, stamped with the table's epoch,
-and only over a link that is up: a link whose connection is closed or not yet open takes nothing,
-and the client is told ``MM_UNAVAILABLE`` at once (it resends to the new primary). One answer here
-replaces the copies of that test each request path used to carry.
+and only over a link that is up: a link whose connection is closed or not yet open takes nothing
+(``MM_UNAVAILABLE``: the CM holds a produce until a primary is reachable, ``held_requests.py``,
+and tells other clients at once). One answer here replaces the copies of that test each request
+path used to carry.
 """
 
 from __future__ import annotations

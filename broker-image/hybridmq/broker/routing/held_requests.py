@@ -1,42 +1,57 @@
-"""Produce requests that reach an MM for a partition it is about to lead: held until it leads it.
+"""Requests held for a partition that cannot be served here yet, then served the moment it can.
 
-After an MM is lost, the CMs route a partition's produces to its new primary as soon as the table
-names it. The new primary may still be promoting its backup copy (a few hundred promotions take a
-second or two on a busy MM). Refused, the producer would resend after its back-off (up to half a
-second); held here, the request is served the moment the promotion is done, like a request in
-Kafka's purgatory.
+Kafka's purgatory, for produces that arrive during a failover, in two places:
 
-A request is held only while the MM's own table says it leads the partition at the epoch the CM
-routed with, or the CM already knows a newer epoch than this MM (its table is on the way). It is
-refused (``NOT_PRIMARY``, which the producer resends) when the promotion gives up, when the wait
+* an MM holds a produce routed to it for a partition it is about to lead (the promotion is under
+  way; ``MessageManager._taking_over``) and serves it once it leads it, or refuses it ``NOT_PRIMARY``;
+* a CM holds a produce whose partition has no reachable primary (its MM was lost, the table does not
+  name a new one yet, or the link to it is not up) and forwards it the moment the table names a
+  primary it can reach, or refuses it ``MM_UNAVAILABLE``. Refused, the producer would resend after
+  its back-off (up to half a second) instead.
+
+Either way the refusal is retriable. A request is refused when the wait gives up (``refuse``), when it
 passes ``max_wait_s``, and at once when ``max_held`` requests or ``max_bytes`` of records already
-wait: the MM holds bounded memory for producers it does not serve yet.
+wait: the broker holds bounded memory for requests it does not serve yet.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
 from hybridmq.api.frames import ErrorCode
-from hybridmq.protocol import Connection
 
 MAX_WAIT_S = 5.0
 MAX_HELD = 10_000
 MAX_HELD_BYTES = 64 * 1024 * 1024  # of record payload: a few full batches, not a flood's worth
 
-Held = tuple[Connection, dict[str, Any]]
+
+class Requester(Protocol):
+    """Who is answered: a CM's connection (on an MM) or a client's session (on a CM)."""
+
+    @property
+    def closed(self) -> bool: ...
+
+    def reply_error(self, request: dict[str, Any], code: ErrorCode, msg: str) -> None: ...
 
 
-class PromotionWaits:
+R = TypeVar("R", bound=Requester)
+
+
+class HeldRequests(Generic[R]):
     def __init__(
-        self, max_wait_s: float = MAX_WAIT_S, max_held: int = MAX_HELD, max_bytes: int = MAX_HELD_BYTES
+        self,
+        refusal: ErrorCode,
+        max_wait_s: float = MAX_WAIT_S,
+        max_held: int = MAX_HELD,
+        max_bytes: int = MAX_HELD_BYTES,
     ) -> None:
+        self.refusal = refusal  # the retriable error a request that is not served gets
         self.max_wait_s = max_wait_s
         self.max_held = max_held
         self.max_bytes = max_bytes
-        self._held: dict[str, list[Held]] = {}
+        self._held: dict[str, list[tuple[R, dict[str, Any]]]] = {}
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._count = 0
         self._bytes = 0
@@ -46,7 +61,7 @@ class PromotionWaits:
     def __len__(self) -> int:
         return self._count
 
-    def hold(self, partition: str, conn: Connection, frame: dict[str, Any]) -> bool:
+    def hold(self, partition: str, conn: R, frame: dict[str, Any]) -> bool:
         """Hold ``frame`` until ``partition`` is served here; False (not held) when full."""
         size = _size(frame)
         if self._count >= self.max_held or self._bytes + size > self.max_bytes:
@@ -62,7 +77,7 @@ class PromotionWaits:
             self._timers[partition] = loop.call_later(self.max_wait_s, self.refuse, partition, why)
         return True
 
-    def release(self, partition: str, serve: Callable[[Connection, dict[str, Any]], None]) -> int:
+    def release(self, partition: str, serve: Callable[[R, dict[str, Any]], object]) -> int:
         """The partition is served here now: hand each held request to ``serve``, in arrival order."""
         held = self._take(partition)
         for conn, frame in held:
@@ -78,8 +93,12 @@ class PromotionWaits:
         self.refused_total += len(held)
         for conn, frame in held:
             if not conn.closed:
-                conn.reply_error(frame, ErrorCode.NOT_PRIMARY, why)
+                conn.reply_error(frame, self.refusal, why)
         return len(held)
+
+    def partitions(self) -> list[str]:
+        """The partitions something is held for."""
+        return list(self._held)
 
     def stats(self) -> dict[str, int]:
         return {"held": self._count, "held_total": self.held_total, "refused_total": self.refused_total}
@@ -88,7 +107,7 @@ class PromotionWaits:
         for partition in list(self._held):
             self.refuse(partition, why)
 
-    def _take(self, partition: str, through_epoch: int | None = None) -> list[Held]:
+    def _take(self, partition: str, through_epoch: int | None = None) -> list[tuple[R, dict[str, Any]]]:
         if partition not in self._held:
             return []
         waiting = self._held.pop(partition)

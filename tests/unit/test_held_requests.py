@@ -1,4 +1,5 @@
-"""The MM's hold of produces for a coming promotion: bounded, in order, and refused by epoch."""
+"""Produces held for a partition (an MM's coming promotion, a CM's missing primary): bounded, in
+order, refused with the holder's code, and refused by epoch."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import asyncio
 from typing import Any
 
 from hybridmq.api.frames import ErrorCode
-from hybridmq.broker.mm.promotion_waits import PromotionWaits
+from hybridmq.broker.routing.held_requests import HeldRequests
 
 
 class FakeConn:
@@ -23,7 +24,7 @@ def frame(c: int, epoch: int) -> dict[str, Any]:
 
 
 async def test_held_requests_are_served_in_arrival_order_once() -> None:
-    waits, conn, served = PromotionWaits(), FakeConn(), []
+    waits, conn, served = HeldRequests(ErrorCode.NOT_PRIMARY), FakeConn(), []
     for c in range(3):
         assert waits.hold("p0", conn, frame(c, 4))  # type: ignore[arg-type]
     assert len(waits) == 3
@@ -33,7 +34,7 @@ async def test_held_requests_are_served_in_arrival_order_once() -> None:
 
 
 async def test_the_hold_is_bounded_and_a_closed_connection_gets_nothing() -> None:
-    waits, conn, gone = PromotionWaits(max_held=2), FakeConn(), FakeConn()
+    waits, conn, gone = HeldRequests(ErrorCode.NOT_PRIMARY, max_held=2), FakeConn(), FakeConn()
     assert waits.hold("p0", conn, frame(1, 4))  # type: ignore[arg-type]
     assert waits.hold("p1", gone, frame(2, 4))  # type: ignore[arg-type]
     assert not waits.hold("p0", conn, frame(3, 4))  # type: ignore[arg-type]
@@ -43,7 +44,7 @@ async def test_the_hold_is_bounded_and_a_closed_connection_gets_nothing() -> Non
 
 
 async def test_the_hold_is_bounded_in_bytes_too() -> None:
-    waits, conn = PromotionWaits(max_bytes=100), FakeConn()
+    waits, conn = HeldRequests(ErrorCode.NOT_PRIMARY, max_bytes=100), FakeConn()
     assert waits.hold("p0", conn, {**frame(1, 4), "b": b"x" * 60})  # type: ignore[arg-type]
     assert not waits.hold("p0", conn, {**frame(2, 4), "b": b"x" * 60})  # type: ignore[arg-type]
     waits.release("p0", lambda _conn, f: None)
@@ -51,7 +52,7 @@ async def test_the_hold_is_bounded_in_bytes_too() -> None:
 
 
 async def test_a_table_at_one_epoch_refuses_only_what_was_routed_at_it_or_before() -> None:
-    waits, conn = PromotionWaits(), FakeConn()
+    waits, conn = HeldRequests(ErrorCode.NOT_PRIMARY), FakeConn()
     for c, epoch in ((1, 3), (2, 4), (3, 5)):
         waits.hold("p0", conn, frame(c, epoch))  # type: ignore[arg-type]
     assert waits.refuse("p0", "another primary at 4", through_epoch=4) == 2
@@ -62,7 +63,7 @@ async def test_a_table_at_one_epoch_refuses_only_what_was_routed_at_it_or_before
 
 
 async def test_what_waits_too_long_is_refused() -> None:
-    waits, conn = PromotionWaits(max_wait_s=0.05), FakeConn()
+    waits, conn = HeldRequests(ErrorCode.NOT_PRIMARY, max_wait_s=0.05), FakeConn()
     waits.hold("p0", conn, frame(1, 4))  # type: ignore[arg-type]
     await asyncio.sleep(0.2)
     assert conn.errors == [(1, ErrorCode.NOT_PRIMARY)] and len(waits) == 0
