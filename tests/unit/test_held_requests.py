@@ -67,3 +67,11 @@ async def test_what_waits_too_long_is_refused() -> None:
     waits.hold("p0", conn, frame(1, 4))  # type: ignore[arg-type]
     await asyncio.sleep(0.2)
     assert conn.errors == [(1, ErrorCode.NOT_PRIMARY)] and len(waits) == 0
+
+
+async def test_a_cm_refuses_with_its_own_code() -> None:
+    waits, conn = HeldRequests(ErrorCode.MM_UNAVAILABLE, max_wait_s=0.05), FakeConn()
+    assert waits.hold("p0", conn, frame(1, 4))  # type: ignore[arg-type]
+    assert waits.partitions() == ["p0"]
+    await asyncio.sleep(0.2)
+    assert conn.errors == [(1, ErrorCode.MM_UNAVAILABLE)] and waits.partitions() == []
