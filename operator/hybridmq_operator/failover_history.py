@@ -62,19 +62,10 @@ def record_round(
             detected = min(detected, stopping_since[mm])
         moved = sum(1 for r in recs if r.to is not None)
         offline = len(recs) - moved
-        entry = next(
-            (
-                e
-                for e in entries
-                if e.lost == mm
-                and e.kind == kind
-                and e.detected_at is not None
-                and abs(e.detected_at - detected) <= SAME_EVENT
-            ),
-            None,
-        )
+        new = ClusterFailover(kind=kind, lost=mm, reason=recs[0].reason, detected_at=detected)
+        entry = next((e for e in entries if _same_event(e, new)), None)
         if entry is None:
-            entry = ClusterFailover(kind=kind, lost=mm, reason=recs[0].reason, detected_at=detected)
+            entry = new
             entries.insert(0, entry)
         else:
             entry.detected_at = min(entry.detected_at or detected, detected)
@@ -92,14 +83,22 @@ def record_round(
 def completed_in(
     before: Sequence[Mapping[str, Any]], after: Sequence[Mapping[str, Any]]
 ) -> list[ClusterFailover]:
-    """The entries ``after`` completed that ``before`` did not have completed (for the metrics)."""
-    done = {(e.get("lost"), e.get("detectedAt")) for e in before if e.get("durationSeconds") is not None}
+    """The entries ``after`` completed that ``before`` did not have completed (for the metrics).
+    An entry is the same event as in ``before`` when ``record_round`` would have merged them (same
+    MM and kind, detected within ``SAME_EVENT``): a later round that extends a completed entry moves
+    its detection time, and must not count the failover again."""
+    done = [e for e in _parse(before) if e.duration_seconds is not None]
     return [
         e
         for e in _parse(after)
-        if e.duration_seconds is not None
-        and (e.lost, e.model_dump(mode="json").get("detectedAt")) not in done
+        if e.duration_seconds is not None and not any(_same_event(d, e) for d in done)
     ]
+
+
+def _same_event(a: ClusterFailover, b: ClusterFailover) -> bool:
+    if a.lost != b.lost or a.kind != b.kind or a.detected_at is None or b.detected_at is None:
+        return False
+    return abs(a.detected_at - b.detected_at) <= SAME_EVENT
 
 
 def last_duration(history: Sequence[Mapping[str, Any]]) -> float | None:

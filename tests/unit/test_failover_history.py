@@ -50,6 +50,23 @@ def test_a_failover_over_two_rounds_completes_in_the_second() -> None:
     assert failover_history.completed_in(second, second) == []
 
 
+def test_a_completed_failover_that_a_later_round_extends_is_counted_once() -> None:
+    """A record of the same loss in a later round (a partition whose failover came a round later,
+    its detection computed a little earlier) moves the entry's detection time; the metrics count the
+    failover once all the same (seen counted twice under load)."""
+    first = failover_history.record_round(
+        [], [("p0", rec("mm-0", "mm-1", "pod deleted", 0.4))], NOW, led={"mm-0": 0}
+    )
+    assert [e.lost for e in failover_history.completed_in([], first)] == ["mm-0"]
+    later = NOW + timedelta(seconds=0.5)
+    second = failover_history.record_round(
+        first, [("od-0", rec("mm-0", "mm-2", "pod deleted", 1.2, later))], later, led={"mm-0": 0}
+    )
+    assert len(second) == 1 and second[0]["partitions"] == 2
+    assert second[0]["detectedAt"] != first[0]["detectedAt"]  # 0.3 s earlier
+    assert failover_history.completed_in(first, second) == []
+
+
 def test_offline_partitions_leave_the_entry_incomplete() -> None:
     history = failover_history.record_round(
         [], [("p0", rec("mm-0", None, "pod deleted", 0.3))], NOW, led={"mm-0": 0}
