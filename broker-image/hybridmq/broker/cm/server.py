@@ -597,6 +597,19 @@ class ConnectionManager:
     def _produced(
         self, session: Session, corr: Any, frame: dict[str, Any], resent: bool, fut: asyncio.Future[Any]
     ) -> None:
+        exc = fut.exception()
+        if exc is not None and not isinstance(exc, RemoteError) and not resent and not session.conn.closed:
+            # The link lost, or the partition's primary moved off its MM, before the answer came:
+            # forwarded once more, to the primary the table names now or once it names one (the MM
+            # stores a resend once, by its producer id and sequence).
+            frame["c"] = corr
+            self._forward(session, frame, resent=True)
+            return
+        self._relay(session, corr, fut)
+
+    @staticmethod
+    def _relay(session: Session, corr: Any, fut: asyncio.Future[Any]) -> None:
+        """The MM's answer to a request relayed to the client under its correlation id."""
         if session.conn.closed:
             return
         exc = fut.exception()
@@ -605,13 +618,6 @@ class ConnectionManager:
             reply["r"] = corr
         elif isinstance(exc, RemoteError):
             reply = error_frame(ErrorCode(exc.code), exc.msg, corr)
-        elif not resent:
-            # The link lost, or the partition's primary moved off its MM, before the answer came:
-            # forwarded once more, to the primary the table names now or once it names one (the MM
-            # stores a resend once, by its producer id and sequence).
-            frame["c"] = corr
-            self._forward(session, frame, resent=True)
-            return
         else:
             reply = error_frame(ErrorCode.MM_UNAVAILABLE, f"lost the MM: {exc}", corr)
         session.conn.send_nowait(reply)
@@ -729,7 +735,7 @@ class ConnectionManager:
         except ConnectionClosed:
             session.conn.send_nowait(error_frame(ErrorCode.MM_UNAVAILABLE, "the primary went away", corr))
             return
-        fut.add_done_callback(partial(self._produced, session, corr))
+        fut.add_done_callback(partial(self._relay, session, corr))
 
     # -- admin / directory -----------------------------------------------------------------------
     def _app_counts(self) -> dict[str, int]:
