@@ -278,3 +278,54 @@ def test_heartbeats_are_answered_while_a_plan_runs(monkeypatch: Any) -> None:
             time.sleep(0.05)
     finally:
         c.stop()
+
+
+def test_an_exited_process_is_a_loss_at_once_and_only_its_own_exit_counts() -> None:
+    c = _controller()
+    c.lease_s = 60.0  # the lease cannot be what decides here
+    c.process_started("mm-0", 100)
+    c.process_started("mm-1", 101)
+    _beat_all(c)
+    c.tick()
+    victim = {a.name: a for a in c.assignments}["local-fixed-0"].primary
+    assert victim is not None
+    c.process_exited(victim, 999)  # some other process's exit: nothing happens
+    c.process_started(victim, 200)  # (as if restarted) ...
+    c.process_exited(victim, 100 if victim == "mm-0" else 101)  # ... an older process's exit is stale
+    c.tick()
+    assert victim in c.live
+    c.process_exited(victim, 200)
+    c.heartbeat(victim, "a", None)  # a late heartbeat of the dead incarnation does not revive it
+    c.tick()
+    after = {a.name: a for a in c.assignments}["local-fixed-0"]
+    assert victim not in c.live and after.primary != victim and after.epoch == 1
+    assert any(e["message"] == f"{victim}: process exited" for e in c.events)
+    c.heartbeat(victim, "b", None)  # its new process joins
+    c.tick()
+    c.tick()
+    assert victim in c.live
+
+
+def test_the_exit_of_a_real_process_is_seen_by_the_running_controller() -> None:
+    import subprocess
+    import sys
+
+    brokers = [BrokerEntry(name=m, role=BrokerRole.MM, address="127.0.0.1:1") for m in MMS]
+    c = LocalController(MMS, brokers, lease_s=60.0, startup_grace_s=60.0, secret="a-test-cluster-secret")
+    c.start()
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        c.process_started("mm-1", child.pid)
+        time.sleep(0.3)
+        assert "mm-1" in c.snapshot()["live"]
+        child.kill()
+        deadline = time.monotonic() + 10
+        while "mm-1" in c.snapshot()["live"] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        state = c.snapshot()
+        assert "mm-1" not in state["live"] and state["exited"] == ["mm-1"]
+        assert {"mm-0", "mm-2"} <= set(state["live"])  # still in their startup grace
+    finally:
+        child.kill()
+        child.wait()
+        c.stop()

@@ -2,7 +2,8 @@
 
 It plays the operator's part without Kubernetes: each MM heartbeats to it (the
 equivalent of renewing its Lease, with the same report as the ``hybridmq.io/report`` annotation);
-an MM whose heartbeat lapsed for ``lease_s`` (or that came back as a new process) is lost; then the
+an MM whose process exited (seen at once: the controller watches the pids its owner started), whose
+heartbeat lapsed for ``lease_s``, or that came back as a new process is lost; then the
 operator's pure planner (``plan_assignments``) fails its partitions over and the new table is pushed
 to every MM and CM, which long-poll it.
 
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import subprocess
 import threading
 import time
@@ -181,6 +183,11 @@ class LocalController:
         self.last_seen: dict[str, float] = {}
         self.incarnations: dict[str, str] = {}
         self.restarted: set[str] = set()
+        # Process exits: the pid last started under each MM name, and the MMs whose process exited
+        # (with the incarnation it had: only a heartbeat of another one brings the name back).
+        self._pids: dict[str, int] = {}
+        self._pidfds: dict[int, int] = {}
+        self._exited: dict[str, str | None] = {}
         self.live: frozenset[str] = frozenset(self.mm_names)
         self.events: list[dict[str, Any]] = []
         self.failovers: list[dict[str, Any]] = []
@@ -261,6 +268,8 @@ class LocalController:
         ticker = asyncio.create_task(self._ticker())
         await self._stop.wait()
         ticker.cancel()
+        for fd in list(self._pidfds):
+            self._unwatch(fd)
         # The brokers' long polls (``GET /assignments?wait=10``) answer now: a graceful shutdown
         # waits for every handler, and stopping a cluster took ten seconds of them.
         changed, self._changed = self._changed, None
@@ -287,7 +296,7 @@ class LocalController:
                 LOG.exception("controller tick failed")
 
     def _alive(self, name: str, now: float) -> bool:
-        if name in self.restarted:
+        if name in self.restarted or name in self._exited:
             return False
         seen = self.last_seen.get(name)
         if seen is None:
@@ -308,7 +317,8 @@ class LocalController:
         urgent = live != self.live or self._urgent()
         if live != self.live:
             for m in sorted(self.live - live):
-                self._event("MessageManagerLost", f"{m}: heartbeat lapsed or process restarted")
+                why = "process exited" if m in self._exited else "heartbeat lapsed or process restarted"
+                self._event("MessageManagerLost", f"{m}: {why}")
             for m in sorted(live - self.live):
                 self._event("MessageManagerBack", f"{m} heartbeats again")
         self.live = live
@@ -329,6 +339,51 @@ class LocalController:
             or (self._shapes_changed and since >= PLAN_EVERY_S)
             or (self._dirty and since >= FULL_PLAN_EVERY_S)
         )
+
+    # -- process exits: certain evidence ----------------------------------------------------------
+    def process_started(self, name: str, pid: int) -> None:
+        """The owner of the brokers started MM ``name`` as process ``pid`` (from any thread).
+
+        A process that ended can neither write nor acknowledge, so its exit is certain evidence of
+        the loss, and the MM is failed over the moment it happens (a pidfd on the controller's
+        loop) instead of a lease later. A frozen or unreachable MM has not exited: the lease still
+        decides those, and the lease still fences a primary that only lost its heartbeats."""
+        if name not in self.mm_names:
+            return
+        if self._loop is None:  # not started (tests): only the bookkeeping
+            self._pids[name] = pid
+            return
+        self._loop.call_soon_threadsafe(self._watch, name, pid)
+
+    def _watch(self, name: str, pid: int) -> None:
+        self._pids[name] = pid
+        try:
+            fd = os.pidfd_open(pid)
+        except ProcessLookupError:  # gone (and reaped) already
+            self.process_exited(name, pid)
+            return
+        except OSError as exc:  # no pidfd here: the lease alone decides
+            LOG.warning("cannot watch %s (pid %d) for its exit: %s", name, pid, exc)
+            return
+        self._pidfds[fd] = pid
+        asyncio.get_running_loop().add_reader(fd, self._pidfd_readable, name, pid, fd)
+
+    def _unwatch(self, fd: int) -> None:
+        if self._pidfds.pop(fd, None) is not None and self._loop is not None:
+            self._loop.remove_reader(fd)
+            os.close(fd)
+
+    def _pidfd_readable(self, name: str, pid: int, fd: int) -> None:
+        self._unwatch(fd)
+        self.process_exited(name, pid)
+
+    def process_exited(self, name: str, pid: int) -> None:
+        """``pid`` ended. If it is the process last started as ``name``, that MM is lost now; a late
+        heartbeat of its incarnation does not bring it back, one of a new process does."""
+        if self._pids.get(name) != pid:
+            return  # an older process of that name
+        self._exited[name] = self.incarnations.get(name)
+        LOG.info("%s: process %d exited", name, pid)
 
     def _live_reports(self) -> dict[str, MMReport]:
         return {m: r for m, r in self.reports.items() if m in self.live}
@@ -461,6 +516,7 @@ class LocalController:
         return {
             **self.table(),
             "live": sorted(self.live),
+            "exited": sorted(self._exited),
             "last_seen_s": {m: round(now - t, 3) for m, t in self.last_seen.items()},
             "reports": {m: r.model_dump(mode="json") for m, r in self.reports.items()},
             "events": self.events[-50:],
@@ -478,7 +534,10 @@ class LocalController:
             # A new process behind the same name: what the old one held in memory is gone.
             self.restarted.add(name)
             self.reports.pop(name, None)
+            self._urgent_pending = True  # a plan takes it in (also when it was lost already)
         self.incarnations[name] = incarnation
+        if name in self._exited and self._exited[name] != incarnation:
+            del self._exited[name]  # a new process: it joins as a restarted MM does
         self.last_seen[name] = time.monotonic()
         if report is not None:
             old = self.reports.get(name)

@@ -237,6 +237,8 @@ class LocalCluster:
         )
         log.close()
         self.procs[name] = proc
+        if self.controller is not None:
+            self.controller.process_started(name, proc.pid)  # its exit fails it over at once
         return proc
 
     def _not_running(self, name: str) -> None:
