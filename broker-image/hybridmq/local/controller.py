@@ -353,7 +353,10 @@ class LocalController:
         if self._loop is None:  # not started (tests): only the bookkeeping
             self._pids[name] = pid
             return
-        self._loop.call_soon_threadsafe(self._watch, name, pid)
+        try:
+            self._loop.call_soon_threadsafe(self._watch, name, pid)
+        except RuntimeError:  # the controller stopped: nobody fails anything over any more
+            pass
 
     def _watch(self, name: str, pid: int) -> None:
         self._pids[name] = pid
