@@ -3,18 +3,20 @@ bounded list ``status.failovers`` (newest first) that ``kubectl describe hbc`` s
 
 One entry per MM whose primaries moved: a **failover** (the MM was lost) or a **handoff** (it was
 stopping, see ``planner/scaling.py``). ``detectedAt`` is when the loss (or the stop request) was first
-seen, ``completedAt`` the round in which every partition it led had a new primary, and
+seen, ``completedAt`` the round in which every partition it led had a new primary (one left without
+a primary, when no in-sync copy was alive: once one came back and took it), and
 ``durationSeconds`` the difference. A failover planned over several rounds (thousands of
 partitions) updates its entry instead of adding one.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from hybridmq.api.resources import MAX_FAILOVER_HISTORY, ClusterFailover, FailoverRecord
+from hybridmq.api.resources import MAX_FAILOVER_HISTORY, ClusterFailover, FailoverRecord, PartitionStatus
 
 HANDOFF_PREFIX = "graceful handoff"
 # A later round's records for the same MM within this time belong to the same entry.
@@ -71,13 +73,33 @@ def record_round(
             entry.detected_at = min(entry.detected_at or detected, detected)
         entry.partitions += moved
         entry.offline += offline
-        complete = offline == 0 and (led is None or led.get(mm, 0) == 0)
+        complete = offline == 0 and (led is None or led.get(mm, 0) <= 0)
         if complete:
             entry.completed_at = max(times)
             entry.duration_seconds = round(
                 max(0.0, (entry.completed_at - (entry.detected_at or detected)).total_seconds()), 3
             )
     return [e.model_dump(mode="json", exclude_none=True) for e in entries[:MAX_FAILOVER_HISTORY]]
+
+
+def still_led(
+    statuses: Iterable[PartitionStatus | None], records: Iterable[tuple[str, FailoverRecord]]
+) -> Counter[str]:
+    """How many partitions each MM leads after a round (``led`` of ``record_round``): the
+    partitions' statuses before the round, less the primaries the round's ``records`` moved away.
+    A partition left without a primary counts against the MM it was lost from, so that MM's
+    failover is complete only once the partition has a primary again."""
+    led: Counter[str] = Counter()
+    for st in statuses:
+        if st is None:
+            continue
+        last = st.last_failover
+        if st.primary:
+            led[st.primary] += 1
+        elif last is not None and last.to is None and last.from_:
+            led[last.from_] += 1
+    led.subtract(Counter(r.from_ for _, r in records if r.from_))
+    return led
 
 
 def completed_in(

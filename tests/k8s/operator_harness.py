@@ -323,10 +323,14 @@ def dump(items: Iterator[Any] | list[Any]) -> str:
     return yaml.safe_dump(list(items))
 
 
-def module_fixtures(prefix: str, name: str, mms: int, cms: int, fixed: int) -> tuple[Any, Any, Any, Any]:
+def module_fixtures(
+    prefix: str, name: str, mms: int, cms: int, fixed: int, lease_s: int | None = None
+) -> tuple[Any, Any, Any, Any]:
     """Module-scoped fixtures ``namespace``, ``kube``, ``operator`` and ``cluster``: one namespace,
     one operator subprocess and one BrokerCluster ``name`` (stand-in brokers) for a module's tests.
-    Use: ``namespace, kube, operator, cluster = module_fixtures("operator", "hmq", 3, 1, 3)``."""
+    Use: ``namespace, kube, operator, cluster = module_fixtures("operator", "hmq", 3, 1, 3)``.
+    ``lease_s``: the MMs' lease, for modules whose losses are seen from the pods and that a lease
+    lapsing on a loaded machine would disturb (renewed every second)."""
 
     @pytest.fixture(scope="module")
     def namespace(local_cluster: LocalCluster) -> Iterator[str]:
@@ -349,7 +353,13 @@ def module_fixtures(prefix: str, name: str, mms: int, cms: int, fixed: int) -> t
 
     @pytest.fixture(scope="module")
     def cluster(kube: Kube, operator: OperatorProcess) -> str:
-        kube.create(sample_cluster(name, kube.namespace, mms=mms, cms=cms, fixed=fixed))
+        body = sample_cluster(name, kube.namespace, mms=mms, cms=cms, fixed=fixed)
+        if lease_s is not None:
+            body["spec"]["failureDetection"] = {
+                "leaseDurationSeconds": lease_s,
+                "renewIntervalMilliseconds": 1000,
+            }
+        kube.create(body)
         try:
             wait_cluster_up(kube, name, mms, cms)
         except AssertionError:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from hybridmq.api.resources import MAX_FAILOVER_HISTORY, FailoverRecord
+from hybridmq.api.resources import MAX_FAILOVER_HISTORY, FailoverRecord, PartitionStatus
 from hybridmq_operator import failover_history
 
 NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
@@ -92,3 +92,42 @@ def test_handoffs_count_from_the_stop_request_and_the_list_is_bounded() -> None:
         )
     assert len(history) == MAX_FAILOVER_HISTORY
     assert history[0]["lost"] == f"mm-{2 * MAX_FAILOVER_HISTORY - 1}"  # newest first
+
+
+def test_a_failover_that_left_a_partition_offline_completes_when_it_has_a_primary_again() -> None:
+    """Seen on a loaded machine: a backup's lease lapsed, then the primary's pod was deleted, so one
+    of its partitions had no in-sync copy alive. Its entry stayed without a completion for ever."""
+    before = [
+        PartitionStatus(primary="mm-0", replicas=["mm-0", "mm-1"], in_sync=["mm-0", "mm-1"]),
+        PartitionStatus(primary="mm-0", replicas=["mm-0", "mm-2"], in_sync=["mm-0", "mm-2"]),
+        PartitionStatus(primary="mm-1", replicas=["mm-1", "mm-2"], in_sync=["mm-1", "mm-2"]),
+    ]
+    first_records = [
+        ("p0", rec("mm-0", "mm-1", "pod deleted", 0.4)),
+        ("p1", rec("mm-0", None, "pod deleted", 0.4)),  # mm-2, its only other in-sync copy, is lost
+    ]
+    led = failover_history.still_led(before, first_records)
+    assert led["mm-0"] == 0
+    first = failover_history.record_round([], first_records, NOW, led=led)
+    assert first[0]["offline"] == 1 and "durationSeconds" not in first[0]
+
+    # Rounds later p1 is still offline: it counts against mm-0, whose failover is not complete.
+    offline = PartitionStatus(
+        primary=None,
+        replicas=["mm-0", "mm-2"],
+        in_sync=["mm-0", "mm-2"],
+        last_failover=first_records[1][1],
+    )
+    moved = PartitionStatus(primary="mm-1", replicas=["mm-1"], in_sync=["mm-1"])
+    assert failover_history.still_led([moved, offline, before[2]], [])["mm-0"] == 1
+
+    # mm-2 is back 20 s later and takes p1: the planner records it as the end of mm-0's failover.
+    later = NOW + timedelta(seconds=20)
+    back = [("p1", rec("mm-0", "mm-2", "pod deleted", 20.4, later))]
+    led = failover_history.still_led([moved, offline, before[2]], back)
+    assert led["mm-0"] == 0
+    second = failover_history.record_round(first, back, later, led=led)
+    assert len(second) == 1
+    assert second[0]["durationSeconds"] == 20.4 and second[0]["partitions"] == 2
+    assert second[0]["offline"] == 1  # it did go offline for a while
+    assert [e.lost for e in failover_history.completed_in(first, second)] == ["mm-0"]

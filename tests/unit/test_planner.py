@@ -249,6 +249,11 @@ def test_no_in_sync_replica_alive_goes_offline_then_the_returning_one_takes_over
     (upd2,) = plan(back).updates()
     assert upd2.status.primary == "mm-0" and upd2.status.epoch == 4
     assert upd2.status.state == PartitionState.ACTIVE
+    # The end of mm-0's failover, as long as from its loss: lost 1 s before the offline round, back
+    # 1 s after it (the history completes mm-0's failover with it).
+    last = upd2.status.last_failover
+    assert last is not None
+    assert (last.from_, last.to, last.reason, last.duration_seconds) == ("mm-0", "mm-0", "lease expired", 2.0)
 
 
 def test_lost_backup_is_replaced_and_primary_kept() -> None:

@@ -42,14 +42,29 @@ def refresh_offsets(draft: Draft, ctx: Context, mms: Iterable[str]) -> None:
             draft.replica_offsets[mm] = off
 
 
-def hand_over(draft: Draft, ctx: Context, load: Load, new: str, reason: str, duration: float) -> None:
-    """Make ``new`` the primary at the next epoch and record the failover."""
+def hand_over(
+    draft: Draft, ctx: Context, load: Load, new: str, reason: str, duration: float, lost: str | None = None
+) -> None:
+    """Make ``new`` the primary at the next epoch and record the failover (of ``lost``, by default
+    the current primary)."""
     old = draft.primary
     draft.promote(new)
     load.move_primary(old, new)
     draft.last_failover = FailoverRecord(
-        from_=old, to=new, reason=reason, duration_seconds=round(duration, 3), time=ctx.now
+        from_=old if lost is None else lost,
+        to=new,
+        reason=reason,
+        duration_seconds=round(duration, 3),
+        time=ctx.now,
     )
+
+
+def offline_since(draft: Draft) -> FailoverRecord | None:
+    """The record of the loss that left the partition without a primary, if that is its state."""
+    last = draft.last_failover
+    if draft.primary is None and last is not None and last.to is None and last.from_ and last.time:
+        return last
+    return None
 
 
 def handle_lost_replicas(draft: Draft, ctx: Context, load: Load) -> None:
@@ -95,13 +110,19 @@ def handle_lost_replicas(draft: Draft, ctx: Context, load: Load) -> None:
                 warning=True,
             )
         return
+    lost_from = None
     if old is not None:
         reason = ctx.lost_reason(old)
         duration = ctx.lost_for_seconds(old)
+    elif (offline := offline_since(draft)) is not None and offline.time is not None:
+        # Back from offline: the end of the failover that took the partition offline, as long as
+        # from that loss, so the lost MM's failover is complete once its last partition has a primary.
+        lost_from, reason = offline.from_, offline.reason
+        duration = offline.duration_seconds + max(0.0, (ctx.now - offline.time).total_seconds())
     else:
         reason = "in-sync replica returned"
         duration = 0.0
-    hand_over(draft, ctx, load, new, reason, duration)
+    hand_over(draft, ctx, load, new, reason, duration, lost=lost_from)
     for mm in [r for r in draft.replicas if not ctx.is_alive(r)]:
         draft.drop(mm)
         load.remove(mm)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import Counter
 from collections.abc import Awaitable, Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -133,12 +132,7 @@ class Reconciler:
         before = self.failovers
         if before is None:
             before = list((body.get("status") or {}).get("failovers") or [])
-        led = Counter(
-            info.status.primary
-            for info in state.partitions
-            if info.status is not None and info.status.primary
-        )
-        led.subtract(Counter(r.from_ for _, r in records if r.from_))
+        led = failover_history.still_led((info.status for info in state.partitions), records)
         after = failover_history.record_round(before, records, now, self.first_seen_stopping, led)
         for entry in failover_history.completed_in(before, after):
             metrics.CLUSTER_FAILOVER_SECONDS.labels(self.name, entry.kind).observe(
