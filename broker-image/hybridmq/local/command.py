@@ -3,8 +3,9 @@
 * ``hybridmq local --mms N [--cms M]``: CMs + N MMs as subprocesses with a static assignment
   (``--fixed-per-mm``, ``--on-demand-per-mm`` partitions of one replica each).
 * ``hybridmq local --mms 3 --replicas 2 [--fixed N] [--on-demand-per-mm K]``: partitions planned by
-  the in-process controller (operator planner, 1 s lease), which fails them over; the controller URL
-  is written to ``<dir>/controller.json``.
+  the in-process controller (operator planner), which fails them over: at once when an MM's process
+  exits, after its 1 s lease when it stops heartbeating (frozen, starved); the controller URL is
+  written to ``<dir>/controller.json``.
 * ``--tls`` (every listener on TLS, ``<dir>/ca.crt`` for clients), ``--credentials FILE`` /
   ``--acl FILE`` (the CMs' own formats: authentication and destination grants),
   ``--max-redeliveries N`` (the MMs'): handed to ``LocalCluster``; the startup line says which are
