@@ -597,7 +597,7 @@ class ConnectionManager:
     def _produced(
         self, session: Session, corr: Any, frame: dict[str, Any], resent: bool, fut: asyncio.Future[Any]
     ) -> None:
-        exc = fut.exception()
+        exc = asyncio.CancelledError() if fut.cancelled() else fut.exception()
         if exc is not None and not isinstance(exc, RemoteError) and not resent and not session.conn.closed:
             # The link lost, or the partition's primary moved off its MM, before the answer came:
             # forwarded once more, to the primary the table names now or once it names one (the MM
@@ -610,9 +610,9 @@ class ConnectionManager:
     @staticmethod
     def _relay(session: Session, corr: Any, fut: asyncio.Future[Any]) -> None:
         """The MM's answer to a request relayed to the client under its correlation id."""
-        if session.conn.closed:
+        exc = asyncio.CancelledError() if fut.cancelled() else fut.exception()
+        if session.conn.closed:  # (the exception is retrieved all the same: no "never retrieved")
             return
-        exc = fut.exception()
         if exc is None:
             reply = fut.result()
             reply["r"] = corr
@@ -620,7 +620,10 @@ class ConnectionManager:
             reply = error_frame(ErrorCode(exc.code), exc.msg, corr)
         else:
             reply = error_frame(ErrorCode.MM_UNAVAILABLE, f"lost the MM: {exc}", corr)
-        session.conn.send_nowait(reply)
+        try:
+            session.conn.send_nowait(reply)
+        except ConnectionClosed:  # the client went away while its transport closed: no one to tell
+            pass
 
     def _forward_held(self) -> None:
         """Forward the held produces of each partition whose primary this CM reaches now."""
