@@ -132,7 +132,7 @@ class Consumer(SessionClient):
         self.acks_refused = 0
         self.error: BaseException | None = None
         self._revoked: dict[str, int] = {}  # partition -> epoch its older deliveries are void below
-        # What the application got; after a reconnection its redeliveries are dropped (and acked).
+        # What the application got; once a connection was lost its redeliveries are dropped (and acked).
         self._handed = HandedOut(seen_ids)
         self._drop_handed = False
         self.duplicates_dropped = 0
@@ -180,7 +180,13 @@ class Consumer(SessionClient):
     # -- what the session tells ------------------------------------------------------------------
     def lost(self) -> None:
         """The connection ended. What it delivered and the application did not get yet was given
-        back with it (redelivered, flagged): handed out now it would be an unflagged repeat."""
+        back with it (redelivered, flagged): handed out now it would be an unflagged repeat.
+
+        From now on what the application already got is dropped when it comes again: the
+        redeliveries can reach the next connection before the answer to its SUBSCRIBE (the CM
+        registers the subscription with the MMs first), while the application waits in
+        ``receive``."""
+        self._drop_handed = True
         while not self._frames.empty():
             self._frames.get_nowait()
         self._stash.clear()
