@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any
 
 import msgpack
+from standin_wire import frame_sender, frames
 
 from hybridmq.client import Consumer, Message
 
@@ -43,9 +43,7 @@ class RedeliveringCM:
         if nth == 1:
             self.first = writer
 
-        def send(frame: dict[str, Any]) -> None:
-            body = msgpack.packb(frame, use_bin_type=True)
-            writer.write(len(body).to_bytes(4, "big") + body)
+        send = frame_sender(writer)
 
         def deliver(sub: int, redelivery: int, count: int) -> None:
             blob = msgpack.packb(RECORDS[:count], use_bin_type=True)
@@ -64,26 +62,21 @@ class RedeliveringCM:
                 }
             )
 
-        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
-            while True:
-                length = int.from_bytes(await reader.readexactly(4), "big")
-                frame = msgpack.unpackb(await reader.readexactly(length), raw=False)
-                kind = frame["t"]
-                if kind == HELLO:
-                    send({"t": HELLO_OK, "v": frame["v"], "session": f"s-{nth}", "node": f"cm-{nth}"})
-                elif kind == SUBSCRIBE and nth == 1:
-                    send({"t": OK, "r": frame["c"]})
-                    deliver(int(frame["s"]), 0, 4)
-                elif kind == SUBSCRIBE:
-                    deliver(int(frame["s"]), 1, 10)  # the redelivery overtakes the answer
-                    await writer.drain()
-                    await asyncio.sleep(0.3)
-                    send({"t": OK, "r": frame["c"]})
-                elif kind == PING:
-                    send({"t": PONG, "r": frame["c"]})
-                elif kind == ACK and frame.get("c") is not None:
-                    send({"t": OK, "r": frame["c"]})
-                await writer.drain()
+        async for frame in frames(reader):
+            kind = frame["t"]
+            if kind == HELLO:
+                send({"t": HELLO_OK, "v": frame["v"], "session": f"s-{nth}", "node": f"cm-{nth}"})
+            elif kind == SUBSCRIBE and nth == 1:
+                send({"t": OK, "r": frame["c"]})
+                deliver(int(frame["s"]), 0, 4)
+            elif kind == SUBSCRIBE:
+                deliver(int(frame["s"]), 1, 10)  # the redelivery overtakes the answer (written at once)
+                await asyncio.sleep(0.3)
+                send({"t": OK, "r": frame["c"]})
+            elif kind == PING:
+                send({"t": PONG, "r": frame["c"]})
+            elif kind == ACK and frame.get("c") is not None:
+                send({"t": OK, "r": frame["c"]})
         writer.close()
 
     def close(self) -> None:

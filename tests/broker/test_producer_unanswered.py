@@ -9,12 +9,11 @@ must return, and the next batch must start a new producer epoch (the failed one 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from typing import Any
 
-import msgpack
 import pytest
+from standin_wire import frame_sender, frames
 
 from hybridmq.client import DeliveryTimeout, Producer
 
@@ -38,32 +37,27 @@ class SilentCM:
             self.server.close()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        def send(frame: dict[str, Any]) -> None:
-            body = msgpack.packb(frame, use_bin_type=True)
-            writer.write(len(body).to_bytes(4, "big") + body)
+        send = frame_sender(writer)
 
-        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
-            while True:
-                length = int.from_bytes(await reader.readexactly(4), "big")
-                frame = msgpack.unpackb(await reader.readexactly(length), raw=False)
-                kind = frame["t"]
-                if kind == HELLO:
-                    send({"t": HELLO_OK, "v": frame["v"], "session": "s-1", "node": "silent-cm"})
-                elif kind == OPEN_PRODUCER:
-                    send(
-                        {
-                            "t": OK,
-                            "r": frame["c"],
-                            "partition": "p-0",
-                            "ptype": "fixed",
-                            "producer_id": "prod-1",
-                            "pid": 7,
-                        }
-                    )
-                elif kind == PING:
-                    send({"t": PONG, "r": frame["c"]})
-                elif kind == PRODUCE:
-                    self.produces.append(frame)
+        async for frame in frames(reader):
+            kind = frame["t"]
+            if kind == HELLO:
+                send({"t": HELLO_OK, "v": frame["v"], "session": "s-1", "node": "silent-cm"})
+            elif kind == OPEN_PRODUCER:
+                send(
+                    {
+                        "t": OK,
+                        "r": frame["c"],
+                        "partition": "p-0",
+                        "ptype": "fixed",
+                        "producer_id": "prod-1",
+                        "pid": 7,
+                    }
+                )
+            elif kind == PING:
+                send({"t": PONG, "r": frame["c"]})
+            elif kind == PRODUCE:
+                self.produces.append(frame)
         writer.close()
 
 
