@@ -22,7 +22,7 @@ from standin_wire import frame_sender, frames
 
 from hybridmq.client import Consumer, Message
 
-HELLO, HELLO_OK, OK, SUBSCRIBE, DELIVER, ACK, PING, PONG = 1, 2, 4, 20, 22, 23, 50, 51
+HELLO, HELLO_OK, OK, SUBSCRIBE, UNSUBSCRIBE, DELIVER, ACK, PING, PONG = 1, 2, 4, 20, 21, 22, 23, 50, 51
 DEST = "queue:race"
 RECORDS = [[b"m-%d" % i, None, None, 0] for i in range(10)]
 
@@ -75,7 +75,7 @@ class RedeliveringCM:
                 send({"t": OK, "r": frame["c"]})
             elif kind == PING:
                 send({"t": PONG, "r": frame["c"]})
-            elif kind == ACK and frame.get("c") is not None:
+            elif (kind == ACK and frame.get("c") is not None) or kind == UNSUBSCRIBE:
                 send({"t": OK, "r": frame["c"]})
         writer.close()
 
