@@ -95,9 +95,16 @@ class LogMachine(RuleBasedStateMachine):
         assert log.log_end_offset == self.end
         got = [(h.base_offset, h.record_count, h.epoch, bytes(p)) for h, p in log.iter_batches(max_bytes=700)]
         assert got == self.model
-        if self.model:
-            offset = self.model[len(self.model) // 2][0]
-            assert log.read(offset, 1)[:8] == offset.to_bytes(8, "big")
+        # Every record is found in its own batch (the tail the log remembers, or the sparse index
+        # after a reopen), and a read stopping at a batch's start ends before it.
+        for i, (base, count, _epoch, _) in enumerate(self.model):
+            for offset in {base, base + count - 1}:
+                assert log.read(offset, 1)[:8] == base.to_bytes(8, "big"), (offset, base)
+            if i + 1 < len(self.model):
+                following = self.model[i + 1][0]
+                whole = log.read(base, 1 << 20, max_offset=following)
+                assert whole[:8] == base.to_bytes(8, "big")
+                assert len(whole) == len(log.read(base, 1)), "read past max_offset"
         # The epoch cache agrees with the batches.
         for base, _count, epoch, _ in self.model:
             assert log.epoch_for_offset(base) == epoch

@@ -307,6 +307,7 @@ class PartitionLog:
         replay_from = self._producer_replay_from
         for rel, header in headers:
             segment.index.maybe_add(header.base_offset, start + rel)
+            segment.remember(start + rel, header)
             if header.base_offset >= replay_from:
                 self._producers.update(header)
         last = headers[-1][1]
