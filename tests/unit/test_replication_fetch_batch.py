@@ -98,3 +98,36 @@ async def test_a_step_down_ends_the_wait(tmp_path: Path) -> None:
     ps[1].step_down("test")
     responses = await asyncio.wait_for(serving, 10)
     assert [(r.partition, r.error) for r in responses] == [("p1", ErrorCode.NOT_PRIMARY)]
+
+
+async def test_a_high_watermark_alone_waits_briefly_for_batches_to_carry_it(tmp_path: Path) -> None:
+    ps = primaries(tmp_path, 2)
+    ps[0].append(b"y", 5, epoch=3)
+    await ps[0].log.flush_until(5)
+    # The backup fetched past offset 5 (so the high watermark moves to 5) but last heard -1.
+    caught_up = [BatchItem(ps[0], FetchRequest("p0", "b", 3, 5, 1 << 20, 2000), -1)]
+    started = time.monotonic()
+    responses = await serve_batch(caught_up, max_wait_ms=2000, max_bytes=1 << 20, hw_linger_ms=300)
+    waited = time.monotonic() - started
+    assert [(r.partition, r.high_watermark, r.records) for r in responses] == [("p0", 5, b"")]
+    assert 0.25 <= waited < 1.5, f"answered a high watermark alone after {waited:.3f} s"
+
+    # Batches appended during the linger end it at once and carry the high watermark along.
+    again = [BatchItem(ps[0], FetchRequest("p0", "b", 3, 5, 1 << 20, 2000), 4)]
+    serving = asyncio.create_task(serve_batch(again, max_wait_ms=2000, max_bytes=1 << 20, hw_linger_ms=5000))
+    await asyncio.sleep(0.1)
+    assert not serving.done()
+    ps[0].append(b"z", 1, epoch=3)
+    responses = await asyncio.wait_for(serving, 2)
+    assert responses[0].high_watermark == 5 and responses[0].records and responses[0].log_end_offset == 6
+
+
+async def test_a_high_watermark_the_backup_already_knows_is_no_news(tmp_path: Path) -> None:
+    ps = primaries(tmp_path, 1)
+    ps[0].append(b"y", 5, epoch=3)
+    await ps[0].log.flush_until(5)
+    known = [BatchItem(ps[0], FetchRequest("p0", "b", 3, 5, 1 << 20, 2000), 5)]
+    started = time.monotonic()
+    responses = await serve_batch(known, max_wait_ms=600, max_bytes=1 << 20, hw_linger_ms=10)
+    assert time.monotonic() - started >= 0.55, "answered before the long poll's end with nothing new"
+    assert responses[0].high_watermark == 5 and responses[0].records == b""
