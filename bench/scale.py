@@ -15,7 +15,13 @@ covering many partitions at a low rate (one message per ``--interval`` per parti
   operator, brokers, node agent; from its ``apiserver_request_total``);
 * ``redundant_s``: until every partition that had a copy on the killed MM was seen with fewer than
   two in-sync copies and then with two again (replacement copies caught up);
-* per MM, before the kill: open file descriptors and RSS.
+* per MM, before the kill: open file descriptors and RSS;
+* ``brokers_cpu_before``: the cores the broker processes (MMs and CM) used over the
+  ``--busy-window`` seconds just before the kill, and ``saturated``: whether they (or the machine's
+  run queue) had already used up the machine then (at least ``SATURATED_SHARE`` of its cores, or a
+  one-minute load of twice its cores). A failover on a saturated machine queues behind the
+  traffic: its timings say how loaded the machine was, not how fast failover is, so the last line
+  then reads ``saturated`` in their place (the JSON record keeps them).
 
 ``--local``: the same failover without Kubernetes: ``hybridmq local`` (real MM and CM processes, the
 local controller, which applies the operator's planner in this process, failure detection by a
@@ -86,6 +92,9 @@ FAILOVER_SUMMARY = (
     "api_requests",
     "producers_without_ack",
 )
+TIMED = ("all_primaries_s", "first_ack_p99_s")  # what a saturated machine's run does not report
+SATURATED_SHARE = 0.9  # of the machine's cores, used by the brokers before the kill
+
 STEADY_SUMMARY = ("partitions", "operator_rss_mb", "operator_cpu_pct", "api_requests_per_s")
 
 
@@ -197,6 +206,32 @@ def mm_resources(cluster: LocalCluster, ns: str, mms: list[str]) -> dict[str, di
             continue
         proc = psutil.Process(pid)
         out[mm] = {"fds": proc.num_fds(), "rss_mb": round(proc.memory_info().rss / 2**20, 1)}
+    return out
+
+
+def busy_before(procs: dict[str, psutil.Process], seconds: float) -> dict[str, Any]:
+    """The cores each broker process used over the next ``seconds``, their sum, and whether the
+    machine was saturated (see the module docstring)."""
+    before = {n: sum(p.cpu_times()[:2]) for n, p in procs.items()}
+    time.sleep(seconds)
+    each = {n: round((sum(p.cpu_times()[:2]) - before[n]) / seconds, 2) for n, p in procs.items()}
+    total = round(sum(each.values()), 2)
+    cores = psutil.cpu_count() or 1
+    saturated = total >= SATURATED_SHARE * cores or os.getloadavg()[0] >= 2 * cores
+    print(
+        f"brokers before the kill: {total} cores in all ({', '.join(f'{n} {c}' for n, c in each.items())}) "
+        f"on {cores}, load {load()}"
+        + (": SATURATED, the failover timings will not be reported" if saturated else ""),
+        flush=True,
+    )
+    return {"brokers_cpu_before": total, "brokers_cpu_each": each, "saturated": saturated}
+
+
+def summary(record: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    """The last line's figures: a saturated run's timings read ``saturated``."""
+    out = {k: "saturated" if record.get("saturated") and k in TIMED else record[k] for k in keys}
+    if "saturated" in record:
+        out |= {"brokers_cpu_before": record["brokers_cpu_before"], "saturated": record["saturated"]}
     return out
 
 
@@ -377,6 +412,13 @@ def failover(cluster: LocalCluster, ns: str, args: argparse.Namespace, directory
             pw.on_event = rw.event
             mw = MapWatch(kube, {n: epochs[n] for n in victims}, victim)
             time.sleep(1.0)
+            brokers = {
+                pod: psutil.Process(pid)
+                for role in ("mm", "cm")
+                for pod in kube.ready_pods(role)
+                if (pid := cluster.container_pid(ns, pod, role)) is not None
+            }
+            busy = busy_before(brokers, args.busy_window)
             load_before = load()
             cpu0, req0 = operator_cpu(op), apiserver_requests(cluster)
             t0 = time.monotonic()
@@ -434,6 +476,7 @@ def failover(cluster: LocalCluster, ns: str, args: argparse.Namespace, directory
             "api_requests": req1 - req0,
             "window_s": round(max(t_last, t1) - t0, 3),
             "mm_before_kill": resources,
+            **busy,
             "load_before": load_before,
             "load_after": load(),
         }
@@ -490,6 +533,10 @@ def local_failover(args: argparse.Namespace, directory: Path) -> dict[str, Any]:
             for mm in cluster.mm_names:
                 proc = psutil.Process(cluster.pid(mm))
                 resources[mm] = {"fds": proc.num_fds(), "rss_mb": round(proc.memory_info().rss / 2**20, 1)}
+            busy = busy_before(
+                {n: psutil.Process(cluster.pid(n)) for n in [*cluster.mm_names, *cluster.cm_names]},
+                args.busy_window,
+            )
             load_before = load()
             cpu0 = sum(me.cpu_times()[:2])
             t0 = time.monotonic()
@@ -529,6 +576,7 @@ def local_failover(args: argparse.Namespace, directory: Path) -> dict[str, Any]:
         "operator_cpu_s": round(cpu1 - cpu0, 2),
         "api_requests": "n/a",
         "mm_before_kill": resources,
+        **busy,
         "load_before": load_before,
         "load_after": load(),
     }
@@ -603,6 +651,9 @@ def main() -> int:
     parser.add_argument("--tls", action="store_true", help="TLS listeners (off: the bench measures failover)")
     parser.add_argument("--lease-seconds", type=int, default=10, help="failureDetection.leaseDurationSeconds")
     parser.add_argument("--warmup", type=float, default=5.0)
+    parser.add_argument(
+        "--busy-window", type=float, default=3.0, help="seconds the brokers' CPU is measured before the kill"
+    )
     parser.add_argument("--after", type=float, default=8.0, help="seconds of load after the reassignment")
     parser.add_argument("--place-timeout", type=float, default=1200.0)
     parser.add_argument(
@@ -631,7 +682,7 @@ def main() -> int:
         else:
             with tempfile.TemporaryDirectory(prefix="hmq-scale-local-") as tmp:
                 record = local_failover(args, Path(tmp))
-        _results.append(NAME, record, {k: record[k] for k in FAILOVER_SUMMARY}, load_before)
+        _results.append(NAME, record, summary(record, FAILOVER_SUMMARY), load_before)
         return 0
 
     load_before = _results.load_average()
@@ -644,7 +695,7 @@ def main() -> int:
             record = steady(cluster, ns, args) if args.steady else failover(cluster, ns, args, Path(tmp))
         # Kept before the cluster goes: a failing shutdown must not lose the figures.
         keys = STEADY_SUMMARY if args.steady else FAILOVER_SUMMARY
-        _results.append(NAME, record, {k: record[k] for k in keys}, load_before)
+        _results.append(NAME, record, summary(record, keys), load_before)
     finally:
         cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
         if not existing:

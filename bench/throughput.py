@@ -15,9 +15,11 @@ a consumer in another process. The rate is messages / (first send -> last messag
 
 ``--baseline-src DIR`` compares the brokers of this tree with those of another checkout (e.g.
 ``git worktree add /tmp/before <commit>``) in the same run: rounds alternate, the CM and MM of every
-other round run from ``DIR/broker-image`` (the client, in this process or its own, stays this
-tree's), and the line ends with ``new_old_ratio=`` (msgs/s here over the baseline, medians) and
-``new_old_cpu_ratio`` (the baseline's CPU per message over this tree's: above 1, cheaper now).
+other round run from ``DIR/broker-image`` (the in-process client stays this tree's; with
+``--awaited`` the producer and consumer processes run ``DIR``'s client too, and the line carries
+their ``old_/new_producer_cpu_us_per_msg``), and the line ends with ``new_old_ratio=`` (msgs/s
+here over the baseline, medians) and ``new_old_cpu_ratio`` (the baseline's CPU per message over
+this tree's: above 1, cheaper now).
 
 ``--tls`` measures plain TCP and TLS (``LocalCluster(tls=True)``: client -> CM and CM -> MM on TLS)
 in the same run, alternating ``--rounds`` times, and ends with ``tls_ratio=`` (TLS msgs/s over
@@ -137,13 +139,17 @@ async def awaited_consumer(bootstrap: str, messages: int, window: int, dest: str
     await consumer.close()
 
 
-def run_awaited(bootstrap: str, args: argparse.Namespace, ca_file: Path | None = None) -> dict[str, float]:
+def run_awaited(
+    bootstrap: str, args: argparse.Namespace, ca_file: Path | None = None, client_src: Path | None = None
+) -> dict[str, float]:
     """The producer and the consumer as separate processes (this file, ``--role``); over TLS with
-    ``ca_file`` (``HYBRIDMQ_TLS_CA``)."""
+    ``ca_file`` (``HYBRIDMQ_TLS_CA``); with the client library of ``client_src`` (a checkout's root)."""
     common = [sys.executable, __file__, "--bootstrap", bootstrap, "--messages", str(args.messages)]
     common += ["--size", str(args.size), "--dest", args.dest, "--window", str(args.window)]
     env = dict(os.environ)
     env.pop("HYBRIDMQ_TLS_CA", None)
+    if client_src is not None:
+        env["PYTHONPATH"] = str(client_src / "broker-image")
     if ca_file is not None:
         env["HYBRIDMQ_TLS_CA"] = str(ca_file)
     consumer = subprocess.Popen([*common, "--role", "consumer"], stdout=subprocess.PIPE, text=True, env=env)
@@ -216,7 +222,7 @@ def measure(args: argparse.Namespace, tls: bool, broker_src: Path | None = None)
                 prof = cProfile.Profile()
                 prof.enable()
             result = (
-                run_awaited(cluster.bootstrap, args, cluster.ca_file)
+                run_awaited(cluster.bootstrap, args, cluster.ca_file, broker_src)
                 if args.awaited
                 else asyncio.run(
                     run(
@@ -311,6 +317,11 @@ def main() -> None:
             "old_cpu_us_per_msg": statistics.median(r["cpu_us_per_msg"] for r in both[False]),
             "new_cpu_us_per_msg": statistics.median(r["cpu_us_per_msg"] for r in both[True]),
         }
+        if args.awaited:
+            for label, new in (("old", False), ("new", True)):
+                for role in ("producer", "consumer"):
+                    key = f"{role}_cpu_us_per_msg"
+                    result[f"{label}_{key}"] = statistics.median(r[key] for r in both[new])
         result["new_old_cpu_ratio"] = result["old_cpu_us_per_msg"] / result["new_cpu_us_per_msg"]
         result["new_old_ratio"] = result["new_msgs_per_s"] / result["old_msgs_per_s"]
         runs = {
