@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Any
 
 import pytest
 
+import results_record
 import suite_schedule
 from localcluster.pytest_plugin import release_local_cluster
 
@@ -142,19 +142,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 
 
 def _record(total: float, workers: int, cores: float) -> None:
-    try:
-        commit = subprocess.run(
-            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-        ).stdout.strip()
-        # bench/results is where these lines go: the solo part follows a main part that wrote one
-        changed = subprocess.run(
-            ["git", "-C", str(ROOT), "status", "--porcelain", "--", ".", ":!bench/results"],
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
-        commit += "-dirty" if changed else ""
-    except OSError:
-        commit = "?"
+    commit = results_record.commit()
     line = {
         "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "commit": commit,

@@ -23,6 +23,7 @@ from pathlib import Path
 import adv_settings
 import pytest
 
+import results_record
 from hybridmq.client import ClientError, Consumer, Fetcher, Producer
 from hybridmq.local.runner import LocalCluster
 
@@ -250,6 +251,7 @@ async def test_hostile_clients_beside_a_legitimate_one(tmp_path: Path) -> None:
         "seed": seed,
     }
     print(" ".join(f"{k}={v}" for k, v in verdict.items()))
+    results_record.append("hostile", verdict)  # every run of the suite keeps its ratio
     assert all(survivors.values()), f"broker processes died: {survivors}"
     assert acked and not errors, f"the legitimate client failed: {errors[:5]}"
     failed = {k: verdict[k] for k in MUST_BE_ZERO if verdict[k]}

@@ -8,10 +8,8 @@ primary MM of a fixed partition and audits the run. The tests after it use that 
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
-import subprocess
 import tempfile
 import time
 from typing import Any
@@ -19,6 +17,7 @@ from typing import Any
 import pytest
 from kind_harness import REPO, KindCluster, last_line_value
 
+import results_record
 from localcluster.testing import wait_for
 
 pytestmark = [pytest.mark.kind, pytest.mark.timeout(2400)]
@@ -71,23 +70,16 @@ def run_demo(
 
 
 def _record_failover(failure: str, status_updated: float, resumed: str) -> None:
-    """Under ``make test`` (``HYBRIDMQ_TESTS_RECORD``), the demo's failover times go to
-    ``bench/results/kind_failover.jsonl``: every run of the suite measures them on kind."""
-    if not os.environ.get("HYBRIDMQ_TESTS_RECORD"):
-        return
-    commit = subprocess.run(
-        ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-    ).stdout.strip()
-    line = {
-        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "commit": commit,
-        "failure": failure,
-        "status_updated_s": status_updated,
-        "producers_resumed_s": None if resumed == "none" else float(resumed),
-        "load": round(os.getloadavg()[0], 2),
-    }
-    with (REPO / "bench" / "results" / "kind_failover.jsonl").open("a") as f:
-        f.write(json.dumps(line) + "\n")
+    """Under ``make test`` the demo's failover times go to ``bench/results/kind_failover.jsonl``:
+    every run of the suite measures them on kind."""
+    results_record.append(
+        "kind_failover",
+        {
+            "failure": failure,
+            "status_updated_s": status_updated,
+            "producers_resumed_s": None if resumed == "none" else float(resumed),
+        },
+    )
 
 
 def test_kind_demo_passes_with_failover_times(kind_cluster: KindCluster) -> None:
