@@ -96,8 +96,8 @@ def still_led(
         last = st.last_failover
         if st.primary:
             led[st.primary] += 1
-        elif last is not None and last.to is None and last.from_:
-            led[last.from_] += 1
+        elif last is not None and last.left_offline:
+            led[str(last.from_)] += 1
     led.subtract(Counter(r.from_ for _, r in records if r.from_))
     return led
 

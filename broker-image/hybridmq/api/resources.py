@@ -609,6 +609,11 @@ class FailoverRecord(_Model):
     duration_seconds: float = Field(default=0.0, ge=0, description="From MM loss to the new status.")
     time: datetime | None = Field(default=None)
 
+    @property
+    def left_offline(self) -> bool:
+        """The loss of ``from_`` left the partition without a primary (no in-sync copy alive)."""
+        return self.to is None and bool(self.from_)
+
 
 class PartitionStatus(_Model):
     """Placement and health of one partition. Written only by the operator."""

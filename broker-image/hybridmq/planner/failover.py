@@ -62,7 +62,7 @@ def hand_over(
 def offline_since(draft: Draft) -> FailoverRecord | None:
     """The record of the loss that left the partition without a primary, if that is its state."""
     last = draft.last_failover
-    if draft.primary is None and last is not None and last.to is None and last.from_ and last.time:
+    if draft.primary is None and last is not None and last.left_offline and last.time:
         return last
     return None
 

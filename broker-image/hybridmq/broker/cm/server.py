@@ -598,7 +598,7 @@ class ConnectionManager:
     def _produced(
         self, session: Session, corr: Any, frame: dict[str, Any], resent: bool, fut: asyncio.Future[Any]
     ) -> None:
-        exc = asyncio.CancelledError() if fut.cancelled() else fut.exception()
+        exc = _failure(fut)
         if exc is not None and not isinstance(exc, RemoteError) and not resent and not session.conn.closed:
             # The link lost, or the partition's primary moved off its MM, before the answer came:
             # forwarded once more, to the primary the table names now or once it names one (the MM
@@ -611,7 +611,7 @@ class ConnectionManager:
     @staticmethod
     def _relay(session: Session, corr: Any, fut: asyncio.Future[Any]) -> None:
         """The MM's answer to a request relayed to the client under its correlation id."""
-        exc = asyncio.CancelledError() if fut.cancelled() else fut.exception()
+        exc = _failure(fut)
         if session.conn.closed:  # (the exception is retrieved all the same: no "never retrieved")
             return
         if exc is None:
@@ -820,3 +820,9 @@ class ConnectionManager:
             return
         for i, part in enumerate(parts):
             session.conn.reply(frame, {"t": FrameType.ADMIN_PART, "i": i, "of": len(parts), "data": part})
+
+
+def _failure(fut: asyncio.Future[Any]) -> BaseException | None:
+    """What a finished request failed with (a cancelled one: ``CancelledError``), None if answered;
+    retrieved either way, so that no "exception was never retrieved" is logged."""
+    return asyncio.CancelledError() if fut.cancelled() else fut.exception()
