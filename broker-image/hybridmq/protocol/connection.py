@@ -9,12 +9,6 @@ Reading a frame that is already buffered does not give the event loop back, so a
 thousands of small frames would be served alone until its buffer ran dry (another client's request
 waited a second and more). ``run`` yields after ``FRAMES_PER_TURN`` frames: every connection gets a
 turn.
-
-Frames sent in one turn of the event loop leave in one write: ``send_nowait`` queues the frame and
-the queue is written when the loop next runs its callbacks (or at once by ``flush``, ``drain`` past
-the high water mark and ``close``). A socket write to a local peer costs a system call and the
-peer's wakeup; a control round that answers an acknowledgement and sends a delivery, or a client
-with a thousand sends in flight, paid them once per frame.
 """
 
 from __future__ import annotations
@@ -69,8 +63,6 @@ class Connection:
         self._parts: dict[int, list[Any]] = {}
         self.closed = False
         self._packer = msgpack.Packer(use_bin_type=True)
-        self._queued: list[bytes] = []  # frames waiting for this turn's write (``_flush``)
-        self._queued_bytes = 0
         self.on_close: list[Callable[[], None]] = []
         self.peer = writer.get_extra_info("peername")
         self.handler: Handler = lambda frame: None
@@ -79,27 +71,11 @@ class Connection:
     def send_nowait(self, frame: Frame) -> None:
         if self.closed:
             raise ConnectionClosed(self.name)
-        if self.writer.transport.is_closing():  # closed before ``run`` noticed: say so to the sender
-            raise ConnectionClosed(f"{self.name}: transport closed")
         body = self._packer.pack(frame)
-        if not self._queued:
-            asyncio.get_running_loop().call_soon(self.flush)
-        self._queued.append(len(body).to_bytes(4, "big") + body)
-        self._queued_bytes += 4 + len(body)
-
-    def flush(self) -> None:
-        """Hand the queued frames to the transport in one write."""
-        if not self._queued:
-            return
-        data = self._queued[0] if len(self._queued) == 1 else b"".join(self._queued)
-        self._queued.clear()
-        self._queued_bytes = 0
-        if self.closed and self.writer.transport.is_closing():
-            return
         try:
-            self.writer.write(data)
-        except RuntimeError:  # the transport closed meanwhile (uvloop): ``run`` sees the end
-            pass
+            self.writer.write(len(body).to_bytes(4, "big") + body)
+        except RuntimeError as exc:  # the transport closed before ``run`` noticed (uvloop)
+            raise ConnectionClosed(f"{self.name}: {exc}") from None
 
     async def send(self, frame: Frame) -> None:
         self.send_nowait(frame)
@@ -107,8 +83,7 @@ class Connection:
 
     async def drain(self) -> None:
         transport = self.writer.transport
-        if transport.get_write_buffer_size() + self._queued_bytes > HIGH_WATER:
-            self.flush()
+        if transport.get_write_buffer_size() > HIGH_WATER:
             try:
                 await self.writer.drain()
             except (OSError, RuntimeError) as exc:  # OSError: ConnectionError, ssl.SSLError
@@ -116,7 +91,7 @@ class Connection:
 
     @property
     def write_buffer_size(self) -> int:
-        return int(self.writer.transport.get_write_buffer_size()) + self._queued_bytes
+        return int(self.writer.transport.get_write_buffer_size())
 
     def request_nowait(self, frame: Frame) -> asyncio.Future[Any]:
         corr = next(self._corr)
@@ -188,7 +163,6 @@ class Connection:
             log.warning("%s: protocol error from %s: %s", self.name, self.peer, exc)
             try:
                 self.send_nowait(error_frame(exc.code, str(exc), fatal=True))
-                self.flush()
                 async with asyncio.timeout(1.0):
                     await self.writer.drain()
             except Exception:
@@ -214,7 +188,6 @@ class Connection:
                 fut.set_exception(err)
         self._pending.clear()
         try:
-            self.flush()  # what was sent before the close still goes (an ERROR, the last answers)
             self.writer.close()
         except Exception:
             pass

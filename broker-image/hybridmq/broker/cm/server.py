@@ -469,7 +469,6 @@ class ConnectionManager:
     async def _refuse(self, conn: Connection, code: ErrorCode, msg: str) -> None:
         try:
             conn.send_nowait(error_frame(code, msg, fatal=True))
-            conn.flush()
             async with asyncio.timeout(1):
                 await conn.writer.drain()
         except Exception:
