@@ -14,7 +14,8 @@ covering many partitions at a low rate (one message per ``--interval`` per parti
   its first ack; ``api_requests``: requests the kube-apiserver served in that window (all clients:
   operator, brokers, node agent; from its ``apiserver_request_total``);
 * ``redundant_s``: until every partition that had a copy on the killed MM was seen with fewer than
-  two in-sync copies and then with two again (replacement copies caught up);
+  two in-sync copies and then with two again (replacement copies caught up; ``--local``: seen in
+  the controller's table with two in-sync copies, the killed MM no longer among its replicas);
 * per MM, before the kill: open file descriptors and RSS;
 * ``brokers_cpu_before``: the cores the broker processes (MMs and CM) used over the
   ``--busy-window`` seconds just before the kill, and ``saturated``: whether they (or the machine's
@@ -88,11 +89,12 @@ FAILOVER_SUMMARY = (
     "partitions",
     "all_primaries_s",
     "first_ack_p99_s",
+    "redundant_s",
     "operator_cpu_s",
     "api_requests",
     "producers_without_ack",
 )
-TIMED = ("all_primaries_s", "first_ack_p99_s")  # what a saturated machine's run does not report
+TIMED = ("all_primaries_s", "first_ack_p99_s", "redundant_s")  # not reported from a saturated machine
 SATURATED_SHARE = 0.9  # of the machine's cores, used by the brokers before the kill
 
 STEADY_SUMMARY = ("partitions", "operator_rss_mb", "operator_cpu_pct", "api_requests_per_s")
@@ -529,6 +531,7 @@ def local_failover(args: argparse.Namespace, directory: Path) -> dict[str, Any]:
             victim = max(led, key=lambda m: len(led[m]))
             victims = led[victim]
             epochs = {n: table[n].epoch for n in victims}
+            copies = [n for n in names if victim in table[n].replicas]
             resources = {}
             for mm in cluster.mm_names:
                 proc = psutil.Process(cluster.pid(mm))
@@ -553,6 +556,16 @@ def local_failover(args: argparse.Namespace, directory: Path) -> dict[str, Any]:
                 raise RuntimeError(f"the partitions {victim} led were not all reassigned within 120 s")
             print(f"{len(victims)} primaries of {victim}: in the table after {t1 - t0:.3f}s", flush=True)
             time.sleep(args.after)
+            redundant_at = wait_redundant(cluster, copies, victim, t0 + args.redundancy_timeout)
+            print(
+                f"{len(copies)} partitions lost a copy; every one back to two in-sync copies after "
+                + (
+                    f"{redundant_at - t0:.1f}s"
+                    if redundant_at is not None
+                    else f"more than {args.redundancy_timeout:.0f}s"
+                ),
+                flush=True,
+            )
         finally:
             window_s = time.monotonic() - t0
             acks = producers.stop()
@@ -571,6 +584,9 @@ def local_failover(args: argparse.Namespace, directory: Path) -> dict[str, Any]:
         "victim": victim,
         "victim_partitions": len(victims),
         "all_primaries_s": round(t1 - t0, 3),
+        "redundant_s": (
+            round(redundant_at - t0, 1) if redundant_at is not None else f">{args.redundancy_timeout:.0f}"
+        ),
         **first_ack_figures(firsts, victims, window_s),
         # This process during the window and the load after it (the controller runs in it).
         "operator_cpu_s": round(cpu1 - cpu0, 2),
@@ -580,6 +596,20 @@ def local_failover(args: argparse.Namespace, directory: Path) -> dict[str, Any]:
         "load_before": load_before,
         "load_after": load(),
     }
+
+
+def wait_redundant(
+    cluster: BrokerOnlyCluster, names: list[str], victim: str, deadline: float
+) -> float | None:
+    """When every partition of ``names`` (each had a copy on ``victim``) was next seen in the table
+    with two in-sync copies and ``victim`` no longer among its replicas; None by ``deadline``."""
+    left = set(names)
+    while left and time.monotonic() < deadline:
+        table = cluster.table()
+        left = {n for n in left if victim in table[n].replicas or len(table[n].in_sync) < 2}
+        if left:
+            time.sleep(0.05)
+    return time.monotonic() if not left else None
 
 
 def steady(cluster: LocalCluster, ns: str, args: argparse.Namespace) -> dict[str, Any]:
