@@ -544,6 +544,7 @@ def local_failover(args: argparse.Namespace, directory: Path) -> dict[str, Any]:
             cpu0 = sum(me.cpu_times()[:2])
             t0 = time.monotonic()
             cluster.kill_mm(victim, signal.SIGKILL)
+            redundancy = TableRedundancy(cluster, copies, victim)
             print(f"kill -9 {victim} ({len(victims)} primaries) at {time.strftime('%H:%M:%S')}", flush=True)
             t1 = None
             while time.monotonic() - t0 < 120:
@@ -556,20 +557,23 @@ def local_failover(args: argparse.Namespace, directory: Path) -> dict[str, Any]:
                 raise RuntimeError(f"the partitions {victim} led were not all reassigned within 120 s")
             print(f"{len(victims)} primaries of {victim}: in the table after {t1 - t0:.3f}s", flush=True)
             time.sleep(args.after)
-            redundant_at = wait_redundant(cluster, copies, victim, t0 + args.redundancy_timeout)
-            print(
-                f"{len(copies)} partitions lost a copy; every one back to two in-sync copies after "
-                + (
-                    f"{redundant_at - t0:.1f}s"
-                    if redundant_at is not None
-                    else f"more than {args.redundancy_timeout:.0f}s"
-                ),
-                flush=True,
-            )
         finally:
             window_s = time.monotonic() - t0
             acks = producers.stop()
         cpu1 = sum(me.cpu_times()[:2])
+        # As on Kubernetes: the copies are waited for once the window's figures are taken.
+        redundancy.done.wait(max(0.0, t0 + args.redundancy_timeout - time.monotonic()))
+        redundancy.stop()
+        redundant_at = redundancy.at
+        print(
+            f"{len(copies)} partitions lost a copy; every one back to two in-sync copies after "
+            + (
+                f"{redundant_at - t0:.1f}s"
+                if redundant_at is not None
+                else f"more than {args.redundancy_timeout:.0f}s"
+            ),
+            flush=True,
+        )
     firsts = first_acks(acks, t0)
     return {
         "mode": "local",
@@ -598,18 +602,33 @@ def local_failover(args: argparse.Namespace, directory: Path) -> dict[str, Any]:
     }
 
 
-def wait_redundant(
-    cluster: BrokerOnlyCluster, names: list[str], victim: str, deadline: float
-) -> float | None:
-    """When every partition of ``names`` (each had a copy on ``victim``) was next seen in the table
-    with two in-sync copies and ``victim`` no longer among its replicas; None by ``deadline``."""
-    left = set(names)
-    while left and time.monotonic() < deadline:
-        table = cluster.table()
-        left = {n for n in left if victim in table[n].replicas or len(table[n].in_sync) < 2}
-        if left:
-            time.sleep(0.05)
-    return time.monotonic() if not left else None
+class TableRedundancy:
+    """From its start (the kill), polls the controller's table until every partition of ``names``
+    (each had a copy on ``victim``) was seen with two in-sync copies and ``victim`` no longer among
+    its replicas: ``at`` is when, ``done`` is set then."""
+
+    def __init__(self, cluster: BrokerOnlyCluster, names: list[str], victim: str) -> None:
+        self.cluster, self.left, self.victim = cluster, set(names), victim
+        self.at: float | None = None
+        self.done = threading.Event()
+        self._stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while self.left and not self._stop.is_set():
+            table = self.cluster.table()
+            victim = self.victim
+            self.left = {n for n in self.left if victim in table[n].replicas or len(table[n].in_sync) < 2}
+            if not self.left:
+                self.at = time.monotonic()
+                self.done.set()
+                return
+            self._stop.wait(0.05)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.thread.join(5)
 
 
 def steady(cluster: LocalCluster, ns: str, args: argparse.Namespace) -> dict[str, Any]:
