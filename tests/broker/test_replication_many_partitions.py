@@ -34,7 +34,16 @@ async def _connect_all(bootstrap: str, names: list[str]) -> dict[str, Producer]:
         chunk = names[i : i + 32]
         connected = await asyncio.gather(
             *(
-                Producer.connect(bootstrap, partition_type="fixed", partition=n, delivery_timeout=120)
+                # The test process also runs the controller and 512 clients: on a saturated machine
+                # it stalls for 2-3 s (the controller logs it), longer than the 3 s default
+                # handshake and keepalive, and the clients then failed over from a healthy CM.
+                Producer.connect(
+                    bootstrap,
+                    partition_type="fixed",
+                    partition=n,
+                    delivery_timeout=120,
+                    keepalive_timeout_s=15.0,
+                )
                 for n in chunk
             )
         )

@@ -129,8 +129,11 @@ class Segment:
         _fdatasync(self.fd)
 
     def seal(self) -> None:
-        """Persist the index (done when the segment stops being the active one, and on close)."""
+        """Persist the index (done when the segment stops being the active one, and on close).
+        The tail it remembered goes: a log keeps many sealed segments, and their reads are rare."""
         self.index.write(self.index_path)
+        self._tail_bases.clear()
+        self._tail.clear()
 
     def close(self) -> None:
         if not self.closed:
