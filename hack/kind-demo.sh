@@ -2,7 +2,8 @@
 # HybridMQ on a laptop with Docker and kind: watch a failover.
 #
 #   hack/kind-demo.sh            create (or reuse) a kind cluster, build and load both images,
-#                                install the chart, create a BrokerCluster, start producers, delete
+#                                install the chart, create a BrokerCluster (in a new namespace: an
+#                                earlier run's is deleted first), start producers, delete
 #                                the primary MM of a fixed partition, show the partitions failing
 #                                over, then audit the run and print its verdict
 #
@@ -176,6 +177,12 @@ k -n "${OPERATOR_NAMESPACE}" get deploy,pods -l app.kubernetes.io/instance="${RE
 
 # --- 4. BrokerCluster -------------------------------------------------------------------------------
 step "BrokerCluster ${NAMESPACE}/${BROKER_CLUSTER}: 2 CMs, 3 MMs, 3 fixed partitions x 2 copies"
+if [[ -n "$(k -n "${NAMESPACE}" get hbc -o name 2>/dev/null)" ]]; then
+  # An earlier run's brokers and partitions (perhaps half failed over, if it was interrupted): the
+  # audit reads every partition of the namespace, so the run starts from an empty one.
+  info "namespace ${NAMESPACE} holds an earlier run's BrokerCluster: deleting the namespace first"
+  k delete namespace "${NAMESPACE}" --wait --timeout=5m
+fi
 k create namespace "${NAMESPACE}" --dry-run=client -o yaml | k apply -f -
 k apply -f - <<YAML
 apiVersion: hybridmq.io/v1alpha1

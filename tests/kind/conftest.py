@@ -1,7 +1,11 @@
 """The kind cluster of tests/kind: created by hack/kind/cluster.sh from the node image made here, deleted
 after the journey module, its only user, so that it does not idle beside the rest of the suite
-(HYBRIDMQ_KIND_KEEP=1 keeps it); the project's Docker engine is stopped again when the fixture
-started it."""
+(HYBRIDMQ_KIND_KEEP=1 keeps it, and reuses a kept one); the project's Docker engine is stopped again
+when the fixture started it.
+
+Without HYBRIDMQ_KIND_KEEP a cluster of that name left by an earlier run (one that was killed before
+its teardown) is deleted first: its namespaces would still hold the earlier journey's brokers and
+partitions, half-failed over, and the journey would audit them as its own."""
 
 from __future__ import annotations
 
@@ -24,7 +28,17 @@ def kind_cluster() -> Iterator[KindCluster]:
     engine = HACK / "docker" / "engine.sh"
     engine_was_up = subprocess.run([str(engine), "status"], capture_output=True, timeout=60).returncode == 0
     env = dict(os.environ, KIND_CLUSTER=CLUSTER_NAME)
+    keep = os.environ.get("HYBRIDMQ_KIND_KEEP") == "1"
     try:
+        if not keep:
+            stale = subprocess.run(
+                [str(HACK / "kind" / "cluster.sh"), "down"],
+                capture_output=True,
+                text=True,
+                timeout=300,
+                env=env,
+            )
+            assert stale.returncode == 0, stale.stderr[-3000:]
         up = subprocess.run(
             [str(HACK / "kind" / "cluster.sh"), "up"], capture_output=True, text=True, timeout=2700, env=env
         )
@@ -36,7 +50,7 @@ def kind_cluster() -> Iterator[KindCluster]:
         env["PATH"] = os.pathsep.join([kind_dir, _tool_dir("k8sbin/build.sh"), env.get("PATH", "")])
         yield KindCluster(CLUSTER_NAME, env)
     finally:
-        if os.environ.get("HYBRIDMQ_KIND_KEEP") != "1":
+        if not keep:
             subprocess.run(
                 [str(HACK / "kind" / "cluster.sh"), "down"], capture_output=True, timeout=300, env=env
             )
