@@ -13,7 +13,9 @@ containers); the producer's send log (``<producer id>,<sequence>`` per acknowled
 the demo gives the audit: every one of them must be stored); and ``sent <n>`` at the end.
 
 The delivery timeout is two minutes (Kafka's default): a message waits out a failover that needs a
-standby operator to take over (its peering lifetime) instead of failing the producer.
+standby operator to take over (its peering lifetime) instead of failing the producer. Connecting is
+retried for as long (a producer's first handshake can outwait its 3 s on a loaded machine, or the
+Service's endpoints can lag behind the CMs' readiness), each failure printed.
 """
 
 from __future__ import annotations
@@ -28,19 +30,31 @@ from hybridmq.client import Producer
 DELIVERY_TIMEOUT_S = 120.0
 
 
+async def connect(partition_type: str, key: str) -> Producer:
+    deadline = time.monotonic() + DELIVERY_TIMEOUT_S
+    while True:
+        try:
+            return await Producer.connect(
+                os.environ["HYBRIDMQ_BOOTSTRAP"],
+                partition_type=partition_type,
+                key=key,
+                ssl=os.environ.get("HYBRIDMQ_TLS_CA") or None,
+                delivery_timeout=DELIVERY_TIMEOUT_S,
+                send_log=sys.stdout,  # `<producer id>,<sequence>` per acknowledged message: the audit's input
+            )
+        except ConnectionError as exc:  # unreachable or silent; a refusal (ClientError) is not retried
+            if time.monotonic() > deadline:
+                raise
+            print(f"connect failed ({exc}); retrying in 1 s", flush=True)
+            await asyncio.sleep(1.0)
+
+
 async def produce(partition_type: str) -> int:
     messages = int(os.environ["MESSAGES"])
     pause = float(os.environ["PAUSE"])
     stop_file = os.environ.get("STOP_FILE")
     key = f"demo-{partition_type}"
-    async with await Producer.connect(
-        os.environ["HYBRIDMQ_BOOTSTRAP"],
-        partition_type=partition_type,
-        key=key,
-        ssl=os.environ.get("HYBRIDMQ_TLS_CA") or None,
-        delivery_timeout=DELIVERY_TIMEOUT_S,
-        send_log=sys.stdout,  # `<producer id>,<sequence>` per acknowledged message: the audit's input
-    ) as producer:
+    async with await connect(partition_type, key) as producer:
         for n in range(1, messages + 1):
             began = time.perf_counter()
             await producer.send("queue:demo", f"{key}-{n}".encode(), key=key)

@@ -125,3 +125,15 @@ def test_no_cm_listening_is_one_line() -> None:
         port = s.getsockname()[1]
     line = one_line(run_cli("produce", "queue:cli.none", "-m", "x", "--bootstrap", f"127.0.0.1:{port}"))
     assert line.startswith("hybridmq produce: no CM reachable"), line
+
+
+def test_a_cm_that_never_answers_is_named_with_the_wait() -> None:
+    """A listener that accepts the connection and says nothing (a CM stalled under load): the line
+    names the address and how long the handshake was waited for, not an empty reason."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        port = silent.getsockname()[1]
+        line = one_line(run_cli("produce", "queue:cli.silent", "-m", "x", "--bootstrap", f"127.0.0.1:{port}"))
+    assert line.startswith("hybridmq produce: no CM reachable"), line
+    assert f"127.0.0.1:{port}: no handshake within" in line, line

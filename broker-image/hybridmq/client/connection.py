@@ -118,6 +118,13 @@ async def _plain_failure(transport: Transport, host: str, port: int, exc: BaseEx
     return exc
 
 
+def _failure_reason(exc: BaseException, timeout: float) -> str:
+    """What a failed handshake says to a user: a timeout's own text is empty."""
+    if isinstance(exc, TimeoutError):
+        return f"no handshake within {timeout:g} s"
+    return str(exc) or type(exc).__name__
+
+
 def _refusal(exc: RemoteError) -> ClientError | _Busy:
     error = ClientError(exc.code, exc.msg)
     return _Busy(error) if exc.code == ErrorCode.AUTH_BUSY else error
@@ -189,6 +196,7 @@ async def connect(
             raise
         return result
     last: BaseException | None = None
+    last_reason = "no address"
     tls: TlsRequired | TlsVerifyFailed | None = None
     busy: ClientError | None = None
     for host, port in parse_bootstrap(bootstrap):
@@ -209,13 +217,14 @@ async def connect(
             ProtocolError,
         ) as exc:
             last = await _plain_failure(transport, host, port, exc)  # unreachable, gone: the next CM
+            last_reason = f"{host}:{port}: {_failure_reason(last, timeout)}"
             if isinstance(last, (TlsRequired, TlsVerifyFailed)):
                 tls = tls or last
     if busy is not None:
         raise busy  # the others were unreachable: the retriable refusal says more
     if tls is not None:
         raise tls  # what to change on this side, rather than the last CM's error
-    raise ConnectionError(f"no CM reachable in {bootstrap}: {last}")
+    raise ConnectionError(f"no CM reachable in {bootstrap}: {last_reason}")
 
 
 def directory_fetcher(
