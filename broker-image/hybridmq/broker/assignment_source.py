@@ -29,6 +29,10 @@ class AssignmentSource(abc.ABC):
     @abc.abstractmethod
     def brokers(self) -> dict[str, BrokerEntry]: ...
 
+    def synced(self) -> bool:
+        """The table is the decider's: its first listing arrived (a static table always is)."""
+        return True
+
     async def start(self) -> None:  # noqa: B027 - optional hook
         """Begin watching (no-op for static sources)."""
 

@@ -42,6 +42,9 @@ class ControllerSource(StaticAssignmentSource):
                 await asyncio.sleep(0.1)
         self._task = asyncio.create_task(self._watch())
 
+    def synced(self) -> bool:
+        return self.version > 0
+
     async def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()

@@ -1,11 +1,15 @@
 """An MM's readiness: after a start, Ready only once it caught up with every partition it holds.
 
 A partition's backup is caught up when the table (the controller's commit of the primary's
-proposal) counts this MM in sync; a primary is by definition. An MM that holds nothing is Ready
-(a new, empty MM); one given copies is not Ready until they are all in sync. Once it has held
-partitions all in sync it stays Ready until it stops: copies it receives later (replacements while
-another MM is moved off, primary balancing) are the partitions' concern (``Degraded``, the roll's
-``WaitingForInSync``), and a healthy MM must not count as down for them.
+proposal) counts this MM in sync; a primary is by definition. Until the MM has its first table it
+is not Ready (it does not know what it holds). One restarted with copies is not Ready until they
+are all in sync; one that holds nothing (a new MM, or one whose replicas a roll moved away) is
+Ready at once. Either way, once Ready it stays Ready until it stops: copies it receives later
+(replacements while another MM is moved off, primary balancing) are the partitions' concern
+(``Degraded``, the roll's ``WaitingForInSync``), and a healthy MM must not count as down for them.
+An empty MM that went unready on its first copies did: the roll, having seen it Ready and those
+copies in sync, restarted the next MM while the pod's readiness still said the first was catching
+up, two MMs down at once for the PodDisruptionBudget.
 
 So a restarted MM counts as unavailable until its first copies caught up: the roll waits for it
 before the next MM goes, and so does the PodDisruptionBudget (a drain cannot evict a second MM
@@ -31,12 +35,13 @@ class CatchUp:
 
     def __init__(self, me: str) -> None:
         self.me = me
-        self.caught_up = False  # held partitions, all in sync, at some point since the start
+        self.caught_up = False  # Ready once since the start: held nothing, or all of it in sync
 
-    def ready(self, table: Mapping[str, PartitionAssignment]) -> bool:
+    def ready(self, table: Mapping[str, PartitionAssignment], known: bool = True) -> bool:
+        """``known``: the table is the decider's (its first listing arrived), not an empty start."""
         if self.caught_up:
             return True
-        if lagging(self.me, table):
+        if not known or lagging(self.me, table):
             return False
-        self.caught_up = any(self.me in a.replicas for a in table.values())
+        self.caught_up = True
         return True

@@ -97,7 +97,7 @@ class MessageManager:
     @property
     def ready(self) -> bool:
         """The readiness probe: listening, and caught up since its start (``readiness``)."""
-        return self.listening and self.catch_up.ready(self.source.partitions())
+        return self.listening and self.catch_up.ready(self.source.partitions(), self.source.synced())
 
     @property
     def data_dir(self) -> Path:
