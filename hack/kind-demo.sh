@@ -86,8 +86,9 @@ stopped_node=""
 if [[ -t 1 ]]; then bold=$'\033[1m' plain=$'\033[0m'; else bold="" plain=""; fi
 step_no=0
 step() {
+  # Each header says when the step began (seconds since the demo started): where a slow run went.
   step_no=$((step_no + 1))
-  printf '\n%s==> %d. %s%s\n' "${bold}" "${step_no}" "$*" "${plain}"
+  printf '\n%s==> %d. %s [at %d s]%s\n' "${bold}" "${step_no}" "$*" "${SECONDS}" "${plain}"
 }
 info() { printf '    %s\n' "$*"; }
 die() {

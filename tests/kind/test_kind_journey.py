@@ -25,6 +25,7 @@ pytestmark = [pytest.mark.kind, pytest.mark.timeout(2400)]
 NAMESPACE = "hybridmq-demo"
 CLUSTER = "demo"
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
+STEP = re.compile(r"^==> (\d+)\. (.*) \[at (\d+) s\]$", re.M)
 
 
 MESSAGES = 8000  # at 200/s: the load outlasts the warm-up, the failure and the failover
@@ -65,19 +66,25 @@ def run_demo(
     assert last_line_value(out, "acked_missing") == "0", last
     status_updated = float(last_line_value(out, "status_updated_s"))
     resumed_text = last_line_value(out, "producers_resumed_s")
-    _record_failover(settings.get("FAILURE", "pod"), status_updated, resumed_text)
+    _record_failover(settings.get("FAILURE", "pod"), status_updated, resumed_text, step_times(out))
     return out, status_updated, None if resumed_text == "none" else float(resumed_text)
 
 
-def _record_failover(failure: str, status_updated: float, resumed: str) -> None:
+def step_times(out: str) -> dict[str, int]:
+    """When each of the demo's steps began (seconds into the demo), by its number and first words."""
+    return {f"{n}. {' '.join(title.split()[:3])}": int(at) for n, title, at in STEP.findall(out)}
+
+
+def _record_failover(failure: str, status_updated: float, resumed: str, steps: dict[str, int]) -> None:
     """Under ``make test`` the demo's failover times go to ``bench/results/kind_failover.jsonl``:
-    every run of the suite measures them on kind."""
+    every run of the suite measures them on kind (and when each step began: where a slow run went)."""
     results_record.append(
         "kind_failover",
         {
             "failure": failure,
             "status_updated_s": status_updated,
             "producers_resumed_s": None if resumed == "none" else float(resumed),
+            "steps_at_s": steps,
         },
     )
 
@@ -229,4 +236,5 @@ def test_node_loss_loses_no_acknowledged_message(
             f"\nnode loss: stopped={stopped} partitions={len(lost)} "
             f"stop->every new primary {failed_over:.1f} s, "
             f"stop->every producer acked {acked_again:.1f} s, lost={last_line_value(out, 'acked_missing')}"
+            f"\n  its steps began at (s): {step_times(out)}"
         )

@@ -47,7 +47,7 @@ def test_to_a_pipe_the_verdict_line_is_plain() -> None:
     out = subprocess.run(["bash", "-c", _snippet()], capture_output=True, text=True, check=True).stdout
     assert ESC not in out, repr(out)
     lines = out.splitlines()
-    assert "==> 1. kind cluster demo" in lines, lines
+    assert any(re.fullmatch(r"==> 1\. kind cluster demo \[at \d+ s\]", line) for line in lines), lines
     assert lines[-1] == "verdict=PASS acknowledged=40000 lost=0 status_updated_s=1.2", lines
     assert [line for line in lines if re.match(r"^verdict=PASS", line)] == [lines[-1]]
 
