@@ -22,9 +22,6 @@ import results_record
 import suite_schedule
 from localcluster.pytest_plugin import release_local_cluster
 
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "bench" / "results" / "tests.jsonl"
-
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> suite_schedule.SuiteGroups | None:
     return suite_schedule.make_scheduler(config, log)
@@ -136,26 +133,23 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     load = _clock.load_before
     write(f"machine: {cores:.2f} of {os.cpu_count()} cores busy on average, load {load:.2f} before")
     write(f"{'total (wall)':<24} {total:8.1f} s")
-    if os.environ.get("HYBRIDMQ_TESTS_RECORD"):
+    if results_record.recording():
         workers = terminalreporter.config.getoption("numprocesses", None) or 0
         _record(total, workers, cores)
 
 
 def _record(total: float, workers: int, cores: float) -> None:
-    commit = results_record.commit()
-    line = {
-        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "commit": commit,
-        "ci": bool(os.environ.get("CI")),
-        "part": os.environ.get("HYBRIDMQ_TESTS_RECORD"),  # main, then solo (make test)
-        "total_s": round(total, 1),
-        "workers": workers,
-        "load_before": round(_clock.load_before, 2),
-        "cores_busy": round(cores, 2),
-        "dirs_s": {d: round(s, 1) for d, s in sorted(_clock.seconds.items())},
-        "workers_s": {w: round(s, 1) for w, s in sorted(_clock.worker_busy.items())},
-        "outcomes": dict(_clock.outcomes),
-    }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    with RESULTS.open("a") as f:
-        f.write(json.dumps(line) + "\n")
+    results_record.append(
+        "tests",
+        {
+            "ci": bool(os.environ.get("CI")),
+            "part": os.environ.get("HYBRIDMQ_TESTS_RECORD"),  # main, then solo (make test)
+            "total_s": round(total, 1),
+            "workers": workers,
+            "load_before": round(_clock.load_before, 2),
+            "cores_busy": round(cores, 2),
+            "dirs_s": {d: round(s, 1) for d, s in sorted(_clock.seconds.items())},
+            "workers_s": {w: round(s, 1) for w, s in sorted(_clock.worker_busy.items())},
+            "outcomes": dict(_clock.outcomes),
+        },
+    )
