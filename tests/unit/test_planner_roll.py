@@ -13,10 +13,12 @@ from hybridmq.planner.roll import (
     WAITING_FOR_READY,
     WAITING_FOR_STATEFULSET,
     RoleTarget,
+    RollDecision,
     RollInput,
     RollPartition,
     RollPod,
     plan_roll,
+    settle_restart,
 )
 
 OLD, NEW = "rev-old", "rev-new"
@@ -234,3 +236,25 @@ def test_a_simulated_roll_never_has_two_mms_down_and_ends_done() -> None:
                         parts[p.name] = RollPartition(p.name, (*keep, extra), (*keep, extra))
     assert d.reason == DONE
     assert sorted(restarted) == sorted(mms) and len(restarted) == 3
+
+
+def test_an_mm_restart_waits_until_decided_for_the_settle_time_in_a_row() -> None:
+    """The MM restarted before may still read not Ready for a few probes after its copies caught up:
+    the next MM's pod is deleted only once the restart was decided for SETTLE_S in a row; a round
+    that decides otherwise (the MM before went unready) starts the wait again. CMs go at once."""
+    go = RollDecision(True, "Restarting", "restarting mm-1", delete="mm-1", pod="mm-1", role="mm")
+    held, since = settle_restart(go, None, now=100.0, settle_s=4.0)
+    assert held.delete is None and held.pod == "mm-1" and "settled" in held.message
+    held, since = settle_restart(go, since, now=103.9, settle_s=4.0)
+    assert held.delete is None
+    waiting = RollDecision(True, "WaitingForReady", "waiting for mm-2 to be Ready", pod="mm-1")
+    _, since = settle_restart(waiting, since, now=104.0, settle_s=4.0)
+    assert since is None
+    held, since = settle_restart(go, since, now=105.0, settle_s=4.0)
+    assert held.delete is None  # the wait began again at 105
+    done, since = settle_restart(go, since, now=109.0, settle_s=4.0)
+    assert done.delete == "mm-1" and done == go
+    other = RollDecision(True, "Restarting", "restarting mm-0", delete="mm-0", pod="mm-0", role="mm")
+    assert settle_restart(other, since, now=109.5, settle_s=4.0)[0].delete is None  # another pod: anew
+    cm = RollDecision(True, "Restarting", "restarting cm-1", delete="cm-1", pod="cm-1", role="cm")
+    assert settle_restart(cm, None, now=0.0, settle_s=4.0) == (cm, None)

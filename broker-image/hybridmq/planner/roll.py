@@ -23,12 +23,17 @@ decides the same again), one step at a time:
 * Then CMs, once every MM pod is Ready again, one at a time: the next goes once every CM pod is
   Ready (clients reconnect to the others).
 * A cluster with one MM cannot move its replicas anywhere: its pod is restarted as it is.
+* An MM's restart goes only once it was decided for ``SETTLE_S`` in a row (``settle_restart``):
+  the MM restarted before it may have taken the next one's copies empty, gone unready on them and
+  caught up, and its pod reads not Ready up to a few probes after the Partitions counted those
+  copies in sync. Restarted at once, the next MM went down while the pod still read so: two MMs
+  unavailable at once for the PodDisruptionBudget.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from hybridmq.planner.state import natural_key
 
@@ -45,6 +50,9 @@ RESTARTING = "Restarting"
 UNMARKING = "Unmarking"
 
 SHOWN = 5  # names listed in a message at most
+# How long an MM restart stays decided before the pod is deleted: the readiness probe's two
+# failures a second apart, and the pod status's way to the operator on a loaded machine.
+SETTLE_S = 4.0
 
 
 @dataclass(frozen=True)
@@ -102,6 +110,7 @@ class RollDecision:
     unmark: str | None = None  # MM marked for an older revision that is current again
     delete: str | None = None  # pod to delete now
     pod: str | None = None  # the pod the roll is at
+    role: str | None = None  # the role of ``delete``
     updated: Mapping[str, tuple[int, int]] = field(default_factory=dict)  # role -> (done, total)
     known: bool = True  # False: a StatefulSet's revision is not known yet; keep what was said
 
@@ -191,8 +200,24 @@ def plan_roll(inp: RollInput) -> RollDecision:
     return RollDecision(False, DONE, f"every broker pod runs the current spec ({revisions})", updated=updated)
 
 
-def _restart(pod: str, message: str, updated: Mapping[str, tuple[int, int]]) -> RollDecision:
-    return RollDecision(True, RESTARTING, message, delete=pod, pod=pod, updated=updated)
+def _restart(pod: str, role: str, message: str, updated: Mapping[str, tuple[int, int]]) -> RollDecision:
+    return RollDecision(True, RESTARTING, message, delete=pod, pod=pod, role=role, updated=updated)
+
+
+def settle_restart(
+    decision: RollDecision, since: tuple[str, float] | None, now: float, settle_s: float = SETTLE_S
+) -> tuple[RollDecision, tuple[str, float] | None]:
+    """``decision`` with an MM's restart held until it was decided for ``settle_s`` in a row (see
+    the module docstring), and the (pod, first decided at) to pass in next round."""
+    if decision.delete is None or decision.role != ROLE_MM:
+        return decision, None
+    if since is None or since[0] != decision.delete:
+        since = (decision.delete, now)
+    left = settle_s - (now - since[1])
+    if left <= 0:
+        return decision, since
+    message = f"{decision.message}; in {left:.0f} s, once the other MMs' readiness has settled"
+    return replace(decision, delete=None, message=message), since
 
 
 def _while_down(
@@ -207,9 +232,8 @@ def _while_down(
     progress = _progress(updated)
     broken = role.broken_outdated(partitions)
     if broken is not None:
-        return _restart(
-            broken.name, f"replacing {broken.name}, not Ready on the old spec ({progress})", updated
-        )
+        message = f"replacing {broken.name}, not Ready on the old spec ({progress})"
+        return _restart(broken.name, role.role, message, updated)
     pod = role.down[0].name if role.down else None
     if behind:
         message = f"partitions not in sync: {_shown(behind)}; {role.not_ready_message()} ({progress})"
@@ -243,7 +267,7 @@ def _step_mm(
                 f"before {marked.name}'s restart ({progress})"
             )
             return RollDecision(True, WAITING_FOR_IN_SYNC, message, pod=marked.name, updated=updated)
-        return _restart(marked.name, f"restarting {marked.name} ({progress})", updated)
+        return _restart(marked.name, ROLE_MM, f"restarting {marked.name} ({progress})", updated)
     holding = {p.name: _held_by(p.name, partitions) for p in mms.outdated}
     free = [p for p in mms.outdated if not holding[p.name] or len(mms.pods) == 1]
     if not free:
@@ -255,7 +279,7 @@ def _step_mm(
         return RollDecision(True, WAITING_FOR_IN_SYNC, message, updated=updated)
     nxt = max(free, key=lambda p: natural_key(p.name))
     if not named.get(nxt.name) or len(mms.pods) == 1:
-        return _restart(nxt.name, f"restarting {nxt.name} ({progress})", updated)
+        return _restart(nxt.name, ROLE_MM, f"restarting {nxt.name} ({progress})", updated)
     message = _moving(sorted(named[nxt.name], key=natural_key), nxt.name, progress)
     return RollDecision(True, MOVING_REPLICAS, message, mark=nxt.name, pod=nxt.name, updated=updated)
 
@@ -264,4 +288,4 @@ def _step_cm(cms: _Role, updated: Mapping[str, tuple[int, int]]) -> RollDecision
     if cms.down or cms.missing > 0:
         return _while_down(cms, (), (), updated)
     nxt = max(cms.outdated, key=lambda p: natural_key(p.name))
-    return _restart(nxt.name, f"restarting {nxt.name} ({_progress(updated)})", updated)
+    return _restart(nxt.name, ROLE_CM, f"restarting {nxt.name} ({_progress(updated)})", updated)

@@ -12,6 +12,7 @@ same pods and annotations and goes on.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any, cast
 
@@ -28,6 +29,7 @@ from hybridmq.planner.roll import (
     RollPartition,
     RollPod,
     plan_roll,
+    settle_restart,
 )
 from hybridmq.planner.scaling import required_in_sync
 from hybridmq_operator import kube, names, observe
@@ -127,10 +129,13 @@ def take_step(namespace: str, decision: RollDecision, snapshot: observe.Snapshot
 
 
 class RollReporter:
-    """Events about the roll: each step taken, and each change of what it waits for."""
+    """Events about the roll: each step taken, and each change of what it waits for; and since when
+    an MM's restart is decided (``settle_restart``: kept in memory, a restarted operator waits
+    the few seconds again)."""
 
     def __init__(self) -> None:
         self.last_reason: str | None = None
+        self.restart_since: tuple[str, float] | None = None
 
     def report(self, ref: Mapping[str, Any], decision: RollDecision, step: str | None) -> None:
         body = kopf.Body(cast(kopf.RawBody, ref))
@@ -155,6 +160,7 @@ async def reconcile_roll(
     decision = plan_roll(roll_input(snapshot, statefulsets, state, settings, scale_down_refused))
     if not decision.known:
         return None
+    decision, reporter.restart_since = settle_restart(decision, reporter.restart_since, time.monotonic())
     step = None
     if decision.mark is not None or decision.unmark is not None or decision.delete is not None:
         step = await asyncio.to_thread(take_step, settings.namespace, decision, snapshot)

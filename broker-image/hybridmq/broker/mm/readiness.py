@@ -2,18 +2,18 @@
 
 A partition's backup is caught up when the table (the controller's commit of the primary's
 proposal) counts this MM in sync; a primary is by definition. Until the MM has its first table it
-is not Ready (it does not know what it holds). One restarted with copies is not Ready until they
-are all in sync; one that holds nothing (a new MM, or one whose replicas a roll moved away) is
-Ready at once. Either way, once Ready it stays Ready until it stops: copies it receives later
-(replacements while another MM is moved off, primary balancing) are the partitions' concern
-(``Degraded``, the roll's ``WaitingForInSync``), and a healthy MM must not count as down for them.
-An empty MM that went unready on its first copies did: the roll, having seen it Ready and those
-copies in sync, restarted the next MM while the pod's readiness still said the first was catching
-up, two MMs down at once for the PodDisruptionBudget.
+is not Ready (it does not know what it holds). An MM that holds nothing is Ready (a new, empty MM);
+one given copies is not Ready until they are all in sync. Once it has held partitions all in sync
+it stays Ready until it stops: copies it receives later (replacements while another MM is moved
+off, primary balancing) are the partitions' concern (``Degraded``, the roll's
+``WaitingForInSync``), and a healthy MM must not count as down for them.
 
 So a restarted MM counts as unavailable until its first copies caught up: the roll waits for it
 before the next MM goes, and so does the PodDisruptionBudget (a drain cannot evict a second MM
 meanwhile). The controller gives an unready MM no new replicas; it loses none for being unready.
+An empty MM given its first copies (the next MM's replacements, in a roll) goes unready while they
+catch up, and its pod says so up to a few probes after the table counted them in sync: the roll
+lets the MMs' readiness settle before it restarts an MM (``handlers/roll.py``).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ class CatchUp:
 
     def __init__(self, me: str) -> None:
         self.me = me
-        self.caught_up = False  # Ready once since the start: held nothing, or all of it in sync
+        self.caught_up = False  # held partitions, all in sync, at some point since the start
 
     def ready(self, table: Mapping[str, PartitionAssignment], known: bool = True) -> bool:
         """``known``: the table is the decider's (its first listing arrived), not an empty start."""
@@ -43,5 +43,5 @@ class CatchUp:
             return True
         if not known or lagging(self.me, table):
             return False
-        self.caught_up = True
+        self.caught_up = any(self.me in a.replicas for a in table.values())
         return True
