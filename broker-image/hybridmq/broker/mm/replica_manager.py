@@ -144,7 +144,6 @@ class Replica:
     fetcher: BackupFetcher | None = None
     primary_mm: str | None = None
     incarnation: str | None = None  # see ``mm/incarnation.py``: the primary's, adopted by backups
-    applied: int = 0  # assignments of it this MM applied (a round applies only a changed one)
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
 
@@ -179,8 +178,6 @@ class ReplicaManager:
         self.batch_fetch = batched_fetch_enabled()
         self.batchers: dict[str, FetchBatcher] = {}  # per primary MM
         self._dirty = asyncio.Event()
-        self._applied: dict[str, PartitionAssignment] = {}  # the assignment each partition follows
-        self.rounds = 0  # reconcile rounds run (stats)
         self._task: asyncio.Task[None] | None = None
         self._serving: set[asyncio.Task[None]] = set()
         self.step = "idle"  # what the reconciler is doing (stats)
@@ -248,21 +245,13 @@ class ReplicaManager:
                 self._dirty.set()
 
     async def reconcile(self) -> None:
-        """Apply what changed since the last round: the assignments that differ from the ones
-        applied (one failed part-way is applied again), and the partitions no longer in the table.
-        A table version changes a few partitions (a copy joining an in-sync set); walking all of
-        them at every version cost each MM of a thousand partitions a full pass per version."""
         table = self.source.partitions()
         started = time.monotonic()
         kept: list[PartitionAssignment] = []
         promoted: list[PartitionAssignment] = []
         rest: list[PartitionAssignment] = []
         for name, a in sorted(table.items()):
-            applied = self._applied.get(name)
-            if applied is a or applied == a:
-                continue
             (kept, promoted, rest)[self._urgency(name, a)].append(a)
-        self.rounds += 1
         for a in kept:
             await self._apply(a)
             self._progressed()
@@ -290,8 +279,6 @@ class ReplicaManager:
             await self._apply(a)
             self._progressed()
             await turn.maybe()
-        for name in [n for n in self._applied if n not in table]:
-            del self._applied[name]
         for name in [n for n in self.replicas if n not in table]:
             self.step = f"{name}: removed"
             await self._be_none(name, delete=True)
@@ -343,21 +330,17 @@ class ReplicaManager:
             budget.reschedule(asyncio.get_running_loop().time() + STEP_BOUND_S)
 
     async def _apply(self, a: PartitionAssignment) -> None:
-        """This MM's part in one partition of the table (remembered as applied once done)."""
+        """This MM's part in one partition of the table."""
         self.step = f"{a.name}: {a.primary}@{a.epoch}"
-        self._applied.pop(a.name, None)
         if a.primary == self.me:
             await self._be_primary(a)
-        else:
-            # Produces held for a promotion here that the table at this epoch gives to another MM.
-            self.promotion_waits.refuse(a.name, f"{self.me} is not primary of {a.name}", a.epoch)
-            if self.me in a.replicas:
-                await self._be_backup(a)
-            elif a.name in self.replicas:
-                await self._be_none(a.name, delete=False)
-        self._applied[a.name] = a
-        if (r := self.replicas.get(a.name)) is not None:
-            r.applied += 1
+            return
+        # Produces held for a promotion here that the table at this epoch gives to another MM.
+        self.promotion_waits.refuse(a.name, f"{self.me} is not primary of {a.name}", a.epoch)
+        if self.me in a.replicas:
+            await self._be_backup(a)
+        elif a.name in self.replicas:
+            await self._be_none(a.name, delete=False)
 
     def _urgency(self, name: str, a: PartitionAssignment) -> int:
         """The order a round applies the table in: producers wait for the first two, nobody for
@@ -701,9 +684,9 @@ class ReplicaManager:
         return MMReport(partitions=partitions, stopping=self.stopping).compact()
 
     def stats(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"_reconciling": self.step, "_rounds": self.rounds}
+        out: dict[str, Any] = {"_reconciling": self.step}
         for name, r in self.replicas.items():
-            entry: dict[str, Any] = {"role": r.role, "epoch": r.epoch, "applied": r.applied}
+            entry: dict[str, Any] = {"role": r.role, "epoch": r.epoch}
             if r.leader is not None:
                 entry.update(r.leader.report())
             if r.fetcher is not None:
