@@ -13,7 +13,7 @@ before the next MM goes, and so does the PodDisruptionBudget (a drain cannot evi
 meanwhile). The controller gives an unready MM no new replicas; it loses none for being unready.
 An empty MM given its first copies (the next MM's replacements, in a roll) goes unready while they
 catch up, and its pod says so up to a few probes after the table counted them in sync: the roll
-lets the MMs' readiness settle before it restarts an MM (``handlers/roll.py``).
+lets the MMs' readiness settle before it restarts an MM (``planner.roll.settle_restart``).
 """
 
 from __future__ import annotations
