@@ -112,6 +112,9 @@ save_logs() {
     done
   done
   k -n "${NAMESPACE}" get hpart -o yaml >"${LOGS_DIR}/partitions.yaml" 2>&1 || true
+  # The assignment map: what the brokers follow ahead of the Partition statuses.
+  k -n "${NAMESPACE}" get configmap "${BROKER_CLUSTER}-assignments" -o yaml \
+    >"${LOGS_DIR}/assignment-map.yaml" 2>&1 || true
   echo "kind-demo: the pods' logs are in ${LOGS_DIR}" >&2
 }
 

@@ -115,8 +115,10 @@ def test_a_lost_backups_removal_from_the_in_sync_set_is_committed_early_against_
     assert entries["p0"].status.in_sync == ["a"]
     entry = decode(encode(entries))["p0"]
     # A broker takes it while the Partition is at that version, not after any other write to it.
-    assert ahead(entry, "u0", 4, "100")
-    assert not ahead(entry, "u0", 4, "101") and not ahead(entry, "u0", 4, None)
+    assert ahead(entry, "u0", 4, "100", ["a", "b"])
+    assert not ahead(entry, "u0", 4, "101", ["a", "b"]) and not ahead(entry, "u0", 4, None, ["a", "b"])
+    # ...and whose status still names the removed replica (the operator's ``pending``).
+    assert not ahead(entry, "u0", 4, "100", ["a"])
     # The operator plans with it until a status carries the removal, whatever else wrote the
     # Partition meanwhile (here a label change: version 101, the status still names b).
     assert commit.overlay({"p0": (at["p0"], both)}, {"p0": entry})["p0"].in_sync == ["a"]
@@ -138,7 +140,7 @@ def test_a_lost_backups_removal_from_the_in_sync_set_is_committed_early_against_
     assert commit.superseded(Plan(changes=(update("p0", shrunk),)), {"p0": entry}) == frozenset()
     # An entry that raised the epoch counts by its epoch alone, for brokers and the operator alike.
     promoted = MapEntry.of("u0", status(5, "c"))
-    assert ahead(promoted, "u0", 4, "100") and not ahead(promoted, "u0", 5, "100")
+    assert ahead(promoted, "u0", 4, "100", ["a"]) and not ahead(promoted, "u0", 5, "100", ["c"])
     assert commit.overlay({"p0": (seen("u0", 5, in_sync=("c", "a")), grown)}, {"p0": promoted}) == {}
 
 
@@ -214,7 +216,8 @@ def test_a_broker_takes_an_in_sync_removal_from_the_map_until_the_partition_chan
     src.apply_event(PARTITIONS, "MODIFIED", other)
     assert src.partitions()["p0"].in_sync == ("mm-0", "mm-2")
     # The same entry without a version (an older operator's map) never counted at the same epoch.
-    src.apply_event(PARTITIONS, "MODIFIED", before)
+    src = KubeAssignmentSource("demo", "ns", api_client=object())
+    src.apply_listing(PARTITIONS, [before])
     src.apply_event(
         MAP, "MODIFIED", configmap({"p0": {k: v for k, v in removal.items() if k != "resourceVersion"}})
     )
@@ -235,5 +238,49 @@ def test_a_change_to_a_partition_the_map_is_still_ahead_of_stays_a_change_of_epo
     )
     assert entries is not None
     assert entries["p0"].resource_version == "" and entries["p0"].status.in_sync == ["c"]
-    assert ahead(entries["p0"], "u0", 4, "100") and ahead(entries["p0"], "u0", 4, "101")
+    assert ahead(entries["p0"], "u0", 4, "100", ["b"]) and ahead(entries["p0"], "u0", 4, "101", ["b"])
     assert entries["p1"] == other
+
+
+def test_a_broker_follows_a_replica_placed_again_even_at_the_version_a_removal_was_planned_on() -> None:
+    """The stall this guards against: the operator dropped a lost backup mm-0 (a removal entry),
+    mm-0 came back and was placed again; a status at the version the entry names already carries
+    the removal and names mm-0 again. The operator no longer plans with the entry (and may never
+    write that Partition again); a broker following the entry would leave mm-0 without its copy and
+    the partition below its minimum in-sync count for good."""
+    src = KubeAssignmentSource("demo", "ns", api_client=object())
+    placed_again = partition("p0", 1, "mm-1", rv="11498")
+    placed_again["status"]["replicas"] = ["mm-1", "mm-0"]
+    placed_again["status"]["inSync"] = ["mm-1"]
+    src.apply_listing(PARTITIONS, [placed_again])
+    removal = {
+        "uid": "u0",
+        "resourceVersion": "11498",
+        "status": {"state": "Active", "epoch": 1, "primary": "mm-1"}
+        | {"replicas": ["mm-1"], "inSync": ["mm-1"]},
+    }
+    src.apply_event(MAP, "MODIFIED", configmap({"p0": removal}))
+    assert src.partitions()["p0"].replicas == ("mm-1", "mm-0")
+    assert not commit.overlay(
+        {"p0": (seen("u0", 1, rv="11498", in_sync=("mm-1",)), PartitionStatus())},
+        decode(configmap({"p0": removal})["data"]["assignments.json"]),
+    )
+
+
+def test_a_watch_event_read_before_a_relisting_does_not_undo_it() -> None:
+    """After a lost lease the MM relists the Partitions while its watch thread may still hand over
+    events it read earlier: an older version never replaces a newer one, and a listing older than
+    an event already applied keeps the event's version."""
+    src = KubeAssignmentSource("demo", "ns", api_client=object())
+    newer = partition("p0", 2, "mm-1", rv="50")
+    newer["status"]["replicas"] = ["mm-1", "mm-0"]
+    src.apply_listing(PARTITIONS, [newer], "50")
+    src.apply_event(PARTITIONS, "MODIFIED", partition("p0", 1, "mm-2", rv="45"))
+    assert (src.primary_of("p0"), src.partitions()["p0"].replicas) == ("mm-1", ("mm-1", "mm-0"))
+    # A listing taken at version 48 arrives after the event of version 50 and a creation at 49.
+    src.apply_event(PARTITIONS, "ADDED", partition("p1", 0, "mm-0", uid="u1", rv="49"))
+    src.apply_listing(PARTITIONS, [partition("p0", 1, "mm-2", rv="45")], "48")
+    assert src.primary_of("p0") == "mm-1" and src.primary_of("p1") == "mm-0"
+    # A newer listing wins, and drops what it no longer holds.
+    src.apply_listing(PARTITIONS, [partition("p0", 3, "mm-0", rv="60")], "60")
+    assert src.primary_of("p0") == "mm-0" and "p1" not in src.partitions()

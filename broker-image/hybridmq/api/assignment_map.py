@@ -12,9 +12,11 @@ The map also carries a replica's removal from an in-sync set at the same epoch (
 every partition it was a backup of): the primary acknowledges nothing until the replica is out
 (the high watermark waits for every in-sync replica). Such a *removal entry* names the Partition's
 resourceVersion it was planned on. A broker takes it while the Partition is still at that version
-(``ahead``): any later write to the Partition, the status that carries the removal first of all,
-makes the Partition win, and a Partition that had not caught up only has the larger in-sync set,
-which makes a primary wait, never acknowledge too early. The operator is stricter (``pending``):
+(``ahead``) and its status still names the removed replica: any later write to the Partition, the
+status that carries the removal first of all, makes the Partition win, and a Partition that had
+not caught up only has the larger in-sync set, which makes a primary wait, never acknowledge too
+early. Both sides use ``pending``, so a broker never follows an entry the operator stopped
+planning with. The operator is stricter (``pending``):
 it plans with the removal until a Partition status carries it, whatever else wrote the Partition,
 so it never promotes a replica that a primary may have acknowledged records without. Before a
 status at that epoch names the removed replica again, the operator drops the entry from the map.
@@ -122,13 +124,23 @@ def _version(body: Any) -> Any:
     return body.get("version") if isinstance(body, dict) else None
 
 
-def ahead(entry: MapEntry | None, uid: str | None, epoch: int, resource_version: str | None = None) -> bool:
+def ahead(
+    entry: MapEntry | None,
+    uid: str | None,
+    epoch: int,
+    resource_version: str | None,
+    in_sync: Iterable[str],
+) -> bool:
     """Whether a broker takes ``entry`` over a Partition (``uid``, at ``resource_version``) whose
-    status has ``epoch``: a higher epoch, or a removal entry planned on this very version."""
+    status has ``epoch`` and ``in_sync``: a higher epoch, or a removal entry planned on this very
+    version that the status has not carried out (``pending``). A status whose in-sync set is
+    already within the entry's wins even at that version: the operator no longer plans with the
+    entry then (it may never write that Partition again), and the status may name a replica
+    placed since, which a broker following the entry would leave without its copy for good."""
     if entry is None or not uid or entry.uid != uid:
         return False
     if entry.resource_version:
-        return entry.status.epoch == epoch and entry.resource_version == resource_version
+        return entry.resource_version == resource_version and pending(entry, uid, epoch, in_sync)
     return entry.status.epoch > epoch
 
 

@@ -54,6 +54,19 @@ def _rv(obj: Mapping[str, Any]) -> str:
     return str((obj.get("metadata") or {}).get("resourceVersion") or "")
 
 
+def _rv_number(rv: str) -> int | None:
+    """A resourceVersion as the number etcd gives it (None if it is not one)."""
+    return int(rv) if rv.isdigit() else None
+
+
+def _older(rv: str, than: str) -> bool:
+    """``rv`` is an older version than ``than`` (both numbers; anything else is not older). The
+    relist after a lost lease and the watch thread hand over their views separately: an event the
+    watch read before the listing must not undo what the listing applied."""
+    a, b = _rv_number(rv), _rv_number(than)
+    return a is not None and b is not None and a < b
+
+
 class KubeAssignmentSource(AssignmentSource):
     """Assignments and broker table of one BrokerCluster, kept current by two watches."""
 
@@ -128,10 +141,11 @@ class KubeAssignmentSource(AssignmentSource):
         from kubernetes import client
 
         api = client.CustomObjectsApi(self._api_client)
-        listing = await asyncio.to_thread(
+        listed = await asyncio.to_thread(
             api.list_namespaced_custom_object, GROUP, VERSION, self.namespace, PARTITIONS, _request_timeout=5
         )
-        self.apply_listing(PARTITIONS, list(cast(dict[str, Any], listing).get("items", [])))
+        listing = cast(dict[str, Any], listed)
+        self.apply_listing(PARTITIONS, list(listing.get("items", [])), _rv(listing))
 
     def synced(self) -> bool:
         """Both watches delivered their first listing."""
@@ -161,7 +175,8 @@ class KubeAssignmentSource(AssignmentSource):
         entry = self._map.get(str(meta.get("name")))
         status = partition.status
         epoch = status.epoch if status else 0
-        if assignment_map.ahead(entry, meta.get("uid"), epoch, str(meta.get("resourceVersion") or "")):
+        rv = str(meta.get("resourceVersion") or "")
+        if assignment_map.ahead(entry, meta.get("uid"), epoch, rv, status.in_sync if status else ()):
             assert entry is not None
             partition = partition.model_copy(update={"status": entry.applied_to(status)})
         mis = partition.spec.min_in_sync
@@ -222,14 +237,20 @@ class KubeAssignmentSource(AssignmentSource):
         self._notify()
 
     # -- applying watch events on the loop --------------------------------------------------------
-    def apply_listing(self, plural: str, items: list[dict[str, Any]]) -> None:
+    def apply_listing(self, plural: str, items: list[dict[str, Any]], listed_at: str = "") -> None:
+        """A full listing (taken at resourceVersion ``listed_at``) replaces what was known, but for
+        Partitions an event applied meanwhile shows newer than the listing."""
         if plural == MAP:
             self._apply_map(items[0] if items else None)
             if (event := self._synced.get(plural)) is not None:
                 event.set()
             return
         if plural == PARTITIONS:
-            self._raw_partitions = {str(i["metadata"]["name"]): i for i in items}
+            listed = {str(i["metadata"]["name"]): i for i in items}
+            for name, body in self._raw_partitions.items():
+                if _older(listed_at, _rv(body)) and not _older(_rv(body), _rv(listed.get(name) or {})):
+                    listed[name] = body
+            self._raw_partitions = listed
         else:
             named = [i for i in items if i.get("metadata", {}).get("name") == self.cluster]
             self._cluster_body = named[0] if named else None
@@ -259,6 +280,9 @@ class KubeAssignmentSource(AssignmentSource):
                 self._raw_partitions.pop(name, None)
                 self._update_one(name, None)
             else:
+                known = self._raw_partitions.get(name)
+                if known is not None and _older(_rv(obj), _rv(known)):
+                    return  # read before a listing that applied a newer version
                 self._raw_partitions[name] = obj
                 self._update_one(name, obj)
         elif name == self.cluster:
@@ -306,7 +330,7 @@ class KubeAssignmentSource(AssignmentSource):
             try:
                 listing = cast(dict[str, Any], lister(*args, **kwargs))
                 rv = str(listing.get("metadata", {}).get("resourceVersion") or "")
-                self._post(self.apply_listing, plural, list(listing.get("items", [])))
+                self._post(self.apply_listing, plural, list(listing.get("items", [])), rv)
                 while not self._stop.is_set():
                     stream = watch.Watch().stream(
                         lister,
