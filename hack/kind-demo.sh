@@ -23,8 +23,10 @@
 #   SKIP_BUILD=1              reuse loaded images    DELETE_CLUSTER=1           delete the cluster at the end
 #   FAILURE=pod               what fails: pod (delete the primary MM's pod) or node (`docker stop` the
 #                             worker holding the most primaries once the cluster is settled, ties: the
-#                             leading operator's; the producers run on the control-plane node; the
-#                             worker is started again at the end; see hack/kind/node_loss.py) or
+#                             leading operator's; the producers run on the control-plane node until
+#                             each was acknowledged after the stop and the watch is over (MESSAGES
+#                             is then not their count); the worker is started again at the end; see
+#                             hack/kind/node_loss.py) or
 #                             roll (no failure: a planned restart of every MM, then every CM, one at
 #                             a time by the operator, through the restart annotation; the producers
 #                             run until it is done; see hack/kind/roll.py)
@@ -218,15 +220,18 @@ k -n "${NAMESPACE}" get hbc,pods -o wide
 k -n "${NAMESPACE}" get hpart
 
 # --- 5. load ----------------------------------------------------------------------------------------
-step "load: a fixed and an on-demand producer, ${MESSAGES} messages each at about ${RATE}/s"
+load_count="${MESSAGES} messages each"
+[[ "${FAILURE}" == pod ]] || load_count="until the demo stops them"
+step "load: a fixed and an on-demand producer, ${load_count}, at about ${RATE}/s each"
 # The producers (hack/kind/load.py, in a ConfigMap) await each message and log its
 # acknowledgement's time. A queue keeps its records until they are consumed, so the audit reads
 # every one of them (a topic without subscribers keeps none, and its audit would check nothing).
 pause="$(awk -v rate="${RATE}" 'BEGIN { printf "%.3f", 50 / rate }')"
 # FAILURE=roll: the producers run until the roll is done (the demo then creates STOP_FILE in their
-# shared /tmp), however long it takes.
+# shared /tmp), however long it takes. FAILURE=node: until each was acknowledged after the stop
+# and the watch is over (a fixed count at the rate took minutes more at load averages of 25).
 load_messages="${MESSAGES}"
-[[ "${FAILURE}" != roll ]] || load_messages=100000000
+[[ "${FAILURE}" == pod ]] || load_messages=100000000
 STOP_FILE=/tmp/stop
 k -n "${NAMESPACE}" delete job "${LOAD_JOB}" --ignore-not-found --wait
 k -n "${NAMESPACE}" create configmap "${LOAD_JOB}" --from-file=load.py=hack/kind/load.py \
@@ -406,6 +411,22 @@ if [[ "${FAILURE}" != roll ]]; then
   info "watching for ${WATCH_SECONDS} s more (the replacement backup, the on-demand drain and its garbage collection)"
   sleep "${WATCH_SECONDS}"
   kill "${watch_pid}" 2>/dev/null || true
+fi
+if [[ "${FAILURE}" == node ]]; then
+  # Each producer's newest acknowledgement is later than the stop (or 150 s went by: the audit's
+  # check of the acknowledgement times then says which producer was not acknowledged again).
+  load_pod="$(k -n "${NAMESPACE}" get pods -l "job-name=${LOAD_JOB}" -o jsonpath='{.items[0].metadata.name}')"
+  deadline=$((SECONDS + 150))
+  for type in fixed on-demand; do
+    while ((SECONDS < deadline)); do
+      newest="$(k -n "${NAMESPACE}" logs "${load_pod}" -c "${type}" --tail=4 |
+        awk '$1 == "acked" { t = $3 } END { print t + 0 }')"
+      ((newest < start_ms)) || break
+      sleep 1
+    done
+  done
+  k -n "${NAMESPACE}" exec "${load_pod}" -c fixed -- python -c "open('${STOP_FILE}', 'w').close()"
+  info "both producers acknowledged after the stop; they stop"
 fi
 
 k -n "${NAMESPACE}" get hpart -o wide
