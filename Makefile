@@ -88,7 +88,8 @@ fmt: $(STAMP)
 # wait on brokers, leases and pods and four overlap their waits; 0 runs it in this one process, about
 # 42 min). Tests that share a control plane stay together in one worker, and so do the images, kind
 # and Spark, which must not run side by side (tests/suite_schedule.py). Then the `solo` tests, alone:
-# they compare latencies with a quiet baseline, which other tests' load makes a coin toss.
+# they compare latencies with a quiet baseline, which other tests' load makes a coin toss, or fail
+# real MM processes over on leases and heartbeats that the suite's load lets lapse.
 TEST_WORKERS ?= 4
 test: setup
 	HYBRIDMQ_TESTS_RECORD=main $(VENV)/bin/pytest -n $(TEST_WORKERS) --dist loadgroup -m "not solo" \

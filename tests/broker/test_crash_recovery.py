@@ -31,13 +31,18 @@ async def test_kill9_mid_stream_keeps_every_acked_message_in_order(tmp_path: Pat
         tasks: list[asyncio.Task[None]] = []
         i = 0
         loop = asyncio.get_running_loop()
-        killed_at = loop.time() + 1.0
-        while loop.time() < killed_at + 0.5:
+        kill_at = loop.time() + 1.0
+        rounds_after_kill = 0
+        # Sends go on for 0.5 s and at least 3 rounds after the kill: on a loaded machine one round
+        # took longer than 0.5 s, and every send was acknowledged before the kill (none in flight).
+        while rounds_after_kill < 3 or loop.time() < kill_at + 0.5:
             if not producer.is_blocked:
                 for _ in range(200):
                     tasks.append(asyncio.create_task(send(i)))
                     i += 1
-            if loop.time() >= killed_at and cluster.procs["mm-0"].poll() is None:
+            if cluster.procs["mm-0"].poll() is not None:
+                rounds_after_kill += 1
+            elif loop.time() >= kill_at:
                 cluster.kill_mm("mm-0", signal.SIGKILL)  # in the middle of the stream
             await asyncio.sleep(0.002)
         await asyncio.gather(*tasks)

@@ -76,7 +76,8 @@ async def test_competing_consumers_share_batched_sends_within_their_windows(one_
     slow, fast = Books(5), Books(5)
     stop, got = asyncio.Event(), asyncio.Event()
     workers = [
-        asyncio.create_task(_work(slow_c, slow, 0.05, stop, got)),
+        # 0.25 s per message: the slow one stays slow beside a fast one starved by a loaded machine.
+        asyncio.create_task(_work(slow_c, slow, 0.25, stop, got)),
         asyncio.create_task(_work(fast_c, fast, 0.0, stop, got)),
     ]
     sent = [f"job-{i}".encode() for i in range(200)]

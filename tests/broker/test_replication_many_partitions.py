@@ -10,6 +10,7 @@ import asyncio
 import signal
 from pathlib import Path
 
+import pytest
 from failover_workload import until
 
 from hybridmq.api.resources import BrokerClusterSpec
@@ -70,6 +71,9 @@ async def _read_all(fetcher: Fetcher) -> dict[tuple[str, int], str]:
     return stored
 
 
+# Alone: 6 s on a quiet machine, 160-210 s beside the suite, where the test process (its 512 clients and
+# the controller) starved so long that leases lapsed and failovers outlasted any bound.
+@pytest.mark.solo
 async def test_512_partitions_replicate_and_fail_over_without_loss(tmp_path: Path) -> None:
     # minInSync 1: the survivor alone takes writes after the kill. Acknowledgements before it still
     # wait for the backup, which is in sync (checked before the kill).
