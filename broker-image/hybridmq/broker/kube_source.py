@@ -11,7 +11,9 @@ releases the Partition's finalizer once no live MM reports the partition in its 
 
 The official ``kubernetes`` client is synchronous, so each watch runs in its own daemon thread
 (list, then watch from the list's resourceVersion; a ``410 Gone`` or any error relists) and hands
-each change to the event loop, where the tables are replaced and the listeners called.
+each change to the event loop, where the tables are replaced and the listeners called. A Partition
+never goes back to an older version there: the relist after a lost lease and the watch thread hand
+over their views separately.
 """
 
 from __future__ import annotations
