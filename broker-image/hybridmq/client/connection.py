@@ -195,7 +195,6 @@ async def connect(
                 raise ClientError(ErrorCode.AUTH_BUSY, f"every CM was busy: {exc}") from None
             raise
         return result
-    last: BaseException | None = None
     last_reason = "no address"
     tls: TlsRequired | TlsVerifyFailed | None = None
     busy: ClientError | None = None
@@ -216,10 +215,10 @@ async def connect(
             ConnectionClosed,
             ProtocolError,
         ) as exc:
-            last = await _plain_failure(transport, host, port, exc)  # unreachable, gone: the next CM
-            last_reason = f"{host}:{port}: {_failure_reason(last, timeout)}"
-            if isinstance(last, (TlsRequired, TlsVerifyFailed)):
-                tls = tls or last
+            failure = await _plain_failure(transport, host, port, exc)  # unreachable, gone: the next CM
+            last_reason = f"{host}:{port}: {_failure_reason(failure, timeout)}"
+            if isinstance(failure, (TlsRequired, TlsVerifyFailed)):
+                tls = tls or failure
     if busy is not None:
         raise busy  # the others were unreachable: the retriable refusal says more
     if tls is not None:
