@@ -36,6 +36,7 @@
 #   AUDIT_REPORT=$TMPDIR/hybridmq-demo-audit.json    the audit's JSON report
 #   LOGS_DIR=(none)           when the demo fails: every broker and operator pod's log (and its
 #                             previous container's), the pods, events and partitions are saved there
+#   SLOW_FAILOVER_S=(none)    FAILURE=pod: save them too when the producer resumed later than this
 # The last line printed is the audit's verdict (verdict=PASS ... or verdict=FAIL ...) followed by the
 # failover times. FAILURE=pod: status_updated_s (pod deleted -> the partition's status names a new
 # primary at a new epoch) and producers_resumed_s (pod deleted -> the fixed producer's send that
@@ -60,6 +61,7 @@ WATCH_SECONDS="${WATCH_SECONDS:-30}"
 WARMUP_SECONDS="${WARMUP_SECONDS:-10}"
 SKIP_BUILD="${SKIP_BUILD:-0}"
 FAILURE="${FAILURE:-pod}"
+SLOW_FAILOVER_S="${SLOW_FAILOVER_S:-}"
 LEASE_SECONDS="${LEASE_SECONDS:-1}"
 DELETE_CLUSTER="${DELETE_CLUSTER:-0}"
 LOGS_DIR="${LOGS_DIR:-}"
@@ -468,6 +470,12 @@ elif [[ "${FAILURE}" == pod ]]; then
   producers_resumed_s="$(value_of producers_resumed_s "${workdir}/stall.log")"
   info "the fixed producer resumed ${producers_resumed_s} s after the pod deletion" \
     "(its longest wait: $(value_of producer_longest_wait_ms "${workdir}/stall.log") ms)"
+  # A slow failover that still passed: its logs explain where the time went.
+  if [[ -n "${SLOW_FAILOVER_S}" && -n "${LOGS_DIR}" ]] &&
+    awk -v t="${producers_resumed_s}" -v limit="${SLOW_FAILOVER_S}" 'BEGIN { exit !(t > limit) }'; then
+    info "slower than ${SLOW_FAILOVER_S} s: saving the pods' logs"
+    save_logs || true
+  fi
 fi
 times=""
 if [[ "${FAILURE}" == roll ]]; then
