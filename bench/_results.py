@@ -21,6 +21,12 @@ from typing import Any
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
+def cpu_seconds(procs: Mapping[str, Any]) -> dict[str, float]:
+    """User + system CPU seconds so far of each process (``psutil.Process``), by name: taken before
+    and after a measurement, their difference over the wall time is the cores each one used."""
+    return {name: sum(p.cpu_times()[:2]) for name, p in procs.items()}
+
+
 def load_average() -> float:
     """The 1-minute load average now (take it before the run and pass it to ``append``)."""
     return round(os.getloadavg()[0], 2)

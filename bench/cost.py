@@ -46,14 +46,6 @@ TICK_S = 0.01
 MAX_IN_FLIGHT = 2_000  # sends awaiting their acknowledgement; a rate past it is not reached
 
 
-def cpu_seconds(procs: dict[str, psutil.Process]) -> dict[str, float]:
-    out = {}
-    for name, p in procs.items():
-        t = p.cpu_times()
-        out[name] = t.user + t.system
-    return out
-
-
 async def one_rate(
     bootstrap: str, dest: str, rate: int, seconds: float, procs: dict[str, psutil.Process]
 ) -> dict[str, Any]:
@@ -78,7 +70,7 @@ async def one_rate(
     await consumer.receive(timeout=30)
     done_sending = False
     reader = asyncio.create_task(consume())
-    before = cpu_seconds(procs)
+    before = _results.cpu_seconds(procs)
     client_before = time.process_time()
     started = time.monotonic()
     in_flight: set[asyncio.Task[Any]] = set()
@@ -104,7 +96,7 @@ async def one_rate(
             await caught_up.wait()
     reader.cancel()
     took = time.monotonic() - started
-    after = cpu_seconds(procs)
+    after = _results.cpu_seconds(procs)
     client_s = time.process_time() - client_before
     await producer.close()
     await consumer.close()

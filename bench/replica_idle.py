@@ -61,11 +61,12 @@ def measure(mode: str, partitions: int, settle: float, idle: float, lease_s: flo
             in_sync_s = time.monotonic() - started
             time.sleep(settle)
             procs = {n: psutil.Process(cluster.procs[n].pid) for n in cluster.mm_names}
-            cpu0 = {n: sum(p.cpu_times()[:2]) for n, p in procs.items()}
+            cpu0 = _results.cpu_seconds(procs)
             time.sleep(idle)
+            cpu1 = _results.cpu_seconds(procs)
             per_mm = {
                 n: {
-                    "cpu_pct": round(100 * (sum(p.cpu_times()[:2]) - cpu0[n]) / idle, 1),
+                    "cpu_pct": round(100 * (cpu1[n] - cpu0[n]) / idle, 1),
                     "rss_mb": round(p.memory_info().rss / 2**20, 1),
                     "fds": p.num_fds(),
                 }

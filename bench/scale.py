@@ -214,9 +214,9 @@ def mm_resources(cluster: LocalCluster, ns: str, mms: list[str]) -> dict[str, di
 def busy_before(procs: dict[str, psutil.Process], seconds: float) -> dict[str, Any]:
     """The cores each broker process used over the next ``seconds``, their sum, and whether the
     machine was saturated (see the module docstring)."""
-    before = {n: sum(p.cpu_times()[:2]) for n, p in procs.items()}
+    before = _results.cpu_seconds(procs)
     time.sleep(seconds)
-    each = {n: round((sum(p.cpu_times()[:2]) - before[n]) / seconds, 2) for n, p in procs.items()}
+    each = {n: round((used - before[n]) / seconds, 2) for n, used in _results.cpu_seconds(procs).items()}
     total = round(sum(each.values()), 2)
     cores = psutil.cpu_count() or 1
     saturated = total >= SATURATED_SHARE * cores or os.getloadavg()[0] >= 2 * cores
