@@ -80,6 +80,7 @@ class KubeAssignmentSource(AssignmentSource):
         api_client: Any = None,
         watch_timeout_s: int = 60,
         retry_backoff_s: float = 0.5,
+        silence_slack_s: float = 30.0,
     ) -> None:
         super().__init__()
         self.cluster = cluster
@@ -87,6 +88,8 @@ class KubeAssignmentSource(AssignmentSource):
         self._api_client = api_client
         self.watch_timeout_s = watch_timeout_s
         self.retry_backoff_s = retry_backoff_s
+        # A watch silent this much longer than the server's own end of it is a dead connection.
+        self.silence_slack_s = silence_slack_s
         self._partitions: dict[str, PartitionAssignment] = {}
         self._brokers: dict[str, BrokerEntry] = {}
         self._raw_partitions: dict[str, dict[str, Any]] = {}
@@ -330,7 +333,7 @@ class KubeAssignmentSource(AssignmentSource):
             args = (GROUP, VERSION, self.namespace, plural)
         while not self._stop.is_set():
             try:
-                listing = cast(dict[str, Any], lister(*args, **kwargs))
+                listing = cast(dict[str, Any], lister(*args, **{**kwargs, "_request_timeout": 30}))
                 rv = str(listing.get("metadata", {}).get("resourceVersion") or "")
                 self._post(self.apply_listing, plural, list(listing.get("items", [])), rv)
                 while not self._stop.is_set():
@@ -340,6 +343,10 @@ class KubeAssignmentSource(AssignmentSource):
                         resource_version=rv,
                         timeout_seconds=self.watch_timeout_s,
                         allow_watch_bookmarks=True,
+                        # The server ends the watch after ``watch_timeout_s``; a connection that went
+                        # silent without closing (a lost route to the API server) would otherwise
+                        # block this thread, and leave the MM on a stale table, for ever: relist.
+                        _request_timeout=(10, self.watch_timeout_s + self.silence_slack_s),
                         **kwargs,
                     )
                     for event in stream:
