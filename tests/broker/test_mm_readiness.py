@@ -21,6 +21,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import pytest
+
 from hybridmq.api.resources import BrokerClusterSpec
 from hybridmq.client import Producer
 from hybridmq.local.runner import LocalCluster
@@ -63,6 +65,9 @@ def behind(cluster: LocalCluster, name: str) -> list[str]:
     )
 
 
+# Alone: it needs a window (mm-0 stopped for less than its lease) in which the table shows mm-1
+# behind; beside the suite, one sample of the table could outlast that window (5 s alone).
+@pytest.mark.solo
 async def test_a_restarted_mm_is_ready_only_once_its_copies_are_in_sync(tmp_path: Path) -> None:
     cluster = LocalCluster(tmp_path, mms=2, replicas=2, spec=SPEC, on_demand_per_mm=0, lease_s=LEASE_S)
     with cluster:
