@@ -84,7 +84,7 @@ fmt: $(STAMP)
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
-# The suite in TEST_WORKERS pytest-xdist workers (default 4: about 18.5 min on the 2 cores, as most tests
+# The suite in TEST_WORKERS pytest-xdist workers (default 4: about 19 min on the 2 cores, as most tests
 # wait on brokers, leases and pods and four overlap their waits; 0 runs it in this one process, about
 # 42 min). Tests that share a control plane stay together in one worker, and so do the images, kind
 # and Spark, which must not run side by side (tests/suite_schedule.py). Then the `solo` tests, alone:
