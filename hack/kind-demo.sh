@@ -323,6 +323,7 @@ for _ in $(seq 180); do
   sleep 1
 done
 k -n "${NAMESPACE}" wait pod -l "job-name=${LOAD_JOB}" --for=condition=Ready --timeout=3m
+load_pod="$(k -n "${NAMESPACE}" get pods -l "job-name=${LOAD_JOB}" -o jsonpath='{.items[0].metadata.name}')"
 info "producers running; letting them warm up"
 sleep "${WARMUP_SECONDS}"
 k -n "${NAMESPACE}" get hpart
@@ -337,6 +338,10 @@ watch_hpart() {
   sleep 1
 }
 value_of() { grep -o "$1=[^ ]*" "$2" | tail -n 1 | cut -d= -f2; }
+# FAILURE=roll and node: the producers stop at their next pause once STOP_FILE is in their /tmp.
+stop_producers() {
+  k -n "${NAMESPACE}" exec "${load_pod}" -c fixed -- python -c "open('${STOP_FILE}', 'w').close()"
+}
 producers_resumed_s=none
 if [[ "${FAILURE}" == roll ]]; then
   k -n "${NAMESPACE}" get pods -o wide
@@ -348,8 +353,7 @@ if [[ "${FAILURE}" == roll ]]; then
     --cluster "${BROKER_CLUSTER}" | tee "${workdir}/roll.log" || die "the roll: $(tail -n 3 "${workdir}/roll.log")"
   kill "${watch_pid}" 2>/dev/null || true
   k -n "${NAMESPACE}" describe hbc "${BROKER_CLUSTER}" | sed -n "/^Status:/,/^Events:/p"
-  load_pod="$(k -n "${NAMESPACE}" get pods -l "job-name=${LOAD_JOB}" -o jsonpath='{.items[0].metadata.name}')"
-  k -n "${NAMESPACE}" exec "${load_pod}" -c fixed -- python -c "open('${STOP_FILE}', 'w').close()"
+  stop_producers
   info "roll done; the producers stop"
 elif [[ "${FAILURE}" == node ]]; then
   # The worker holding the most fixed primaries once the cluster is settled (no balancing move in
@@ -417,7 +421,6 @@ fi
 if [[ "${FAILURE}" == node ]]; then
   # Each producer's newest acknowledgement is later than the stop (or 150 s went by: the audit's
   # check of the acknowledgement times then says which producer was not acknowledged again).
-  load_pod="$(k -n "${NAMESPACE}" get pods -l "job-name=${LOAD_JOB}" -o jsonpath='{.items[0].metadata.name}')"
   deadline=$((SECONDS + 150))
   for type in fixed on-demand; do
     while ((SECONDS < deadline)); do
@@ -427,7 +430,7 @@ if [[ "${FAILURE}" == node ]]; then
       sleep 1
     done
   done
-  k -n "${NAMESPACE}" exec "${load_pod}" -c fixed -- python -c "open('${STOP_FILE}', 'w').close()"
+  stop_producers
   info "both producers acknowledged after the stop; they stop"
 fi
 

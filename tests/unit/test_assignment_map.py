@@ -256,8 +256,13 @@ def test_a_broker_follows_a_replica_placed_again_even_at_the_version_a_removal_w
     removal = {
         "uid": "u0",
         "resourceVersion": "11498",
-        "status": {"state": "Active", "epoch": 1, "primary": "mm-1"}
-        | {"replicas": ["mm-1"], "inSync": ["mm-1"]},
+        "status": {
+            "state": "Active",
+            "epoch": 1,
+            "primary": "mm-1",
+            "replicas": ["mm-1"],
+            "inSync": ["mm-1"],
+        },
     }
     src.apply_event(MAP, "MODIFIED", configmap({"p0": removal}))
     assert src.partitions()["p0"].replicas == ("mm-1", "mm-0")
