@@ -15,10 +15,10 @@ resourceVersion it was planned on. A broker takes it while the Partition is stil
 (``ahead``) and its status still names the removed replica: any later write to the Partition, the
 status that carries the removal first of all, makes the Partition win, and a Partition that had
 not caught up only has the larger in-sync set, which makes a primary wait, never acknowledge too
-early. Both sides use ``pending``, so a broker never follows an entry the operator stopped
-planning with. The operator is stricter (``pending``):
-it plans with the removal until a Partition status carries it, whatever else wrote the Partition,
-so it never promotes a replica that a primary may have acknowledged records without. Before a
+early. The operator is stricter (``pending``): it plans with the removal until a Partition status
+carries it, whatever else wrote the Partition, so it never promotes a replica that a primary may
+have acknowledged records without. ``ahead`` is ``pending`` plus the version check, so a broker
+never follows an entry the operator stopped planning with. Before a
 status at that epoch names the removed replica again, the operator drops the entry from the map.
 """
 
