@@ -4,7 +4,7 @@
     python3 node_loss.py stop --context C --namespace NS --cluster BC --operator-namespace ONS
                               --release R --load-job J --stopped-file F
     python3 node_loss.py acks --since-ms T FILE...
-    python3 node_loss.py stall --since-ms T [--within-s S] FILE
+    python3 node_loss.py stall --since-ms T --sent-within-s S FILE
 
 ``stop`` waits until the BrokerCluster is settled (every MM Ready, every fixed partition Active
 with all its replicas in sync and reporting at its epoch, fixed primaries balanced: max - min <= 1,
@@ -19,10 +19,13 @@ whose primary was on it has a new primary at a newer epoch. It prints ``key=valu
 after ``--since-ms`` each producer was first acknowledged, and the slowest of them.
 
 ``stall`` (FAILURE=pod) reads one producer's log (``acked <n> <unix ms> <send ms>``): of the sends
-acknowledged within ``--within-s`` after ``--since-ms``, the one that waited longest is the one the
-failover held; it prints how long it waited and when, after ``--since-ms``, it was acknowledged
-(``producers_resumed_s``). The first acknowledgement after a pod's deletion would say nothing there:
-a send in flight is acknowledged by the old primary before the kubelet even stops it.
+in flight at some moment between ``--since-ms`` and ``--sent-within-s`` after it (acknowledged at or
+after ``--since-ms``, begun before the end of that window), the one that waited longest is the one
+the failover held; it prints how long it waited and when, after ``--since-ms``, it was acknowledged
+(``producers_resumed_s``). The demo ends the window a second after the partition's status named the
+new primary: a send begun later is not the failover's, and a later stall of the loaded machine (a
+slow Lease renewal) must not be taken for it. The first acknowledgement after a pod's deletion would
+say nothing: a send in flight is acknowledged by the old primary before the kubelet even stops it.
 
 Standard library only: the demo runs it with the host's python3.
 """
@@ -279,23 +282,29 @@ def first_acks(lines: Sequence[str], since_ms: int) -> int | None:
     return None
 
 
-def longest_stall(lines: Sequence[str], since_ms: int, within_ms: int) -> tuple[int, float] | None:
+def longest_stall(lines: Sequence[str], since_ms: int, sent_within_ms: int) -> tuple[int, float] | None:
     """(when it was acknowledged, how long it waited in ms) of the send that waited longest among
-    those acknowledged in ``[since_ms, since_ms + within_ms]``; None when there is none."""
+    those acknowledged at or after ``since_ms`` and begun by ``since_ms + sent_within_ms``; None when
+    there is none."""
     longest: tuple[int, float] | None = None
     for line in lines:
         words = line.split()
         if len(words) < 4 or words[0] != "acked":
             continue
         acked_ms, waited_ms = int(words[2]), float(words[3])
-        if since_ms <= acked_ms <= since_ms + within_ms and (longest is None or waited_ms > longest[1]):
+        began_ms = acked_ms - waited_ms
+        if (
+            acked_ms >= since_ms
+            and began_ms <= since_ms + sent_within_ms
+            and (longest is None or waited_ms > longest[1])
+        ):
             longest = (acked_ms, waited_ms)
     return longest
 
 
 def stall(args: argparse.Namespace) -> int:
     lines = Path(args.log).read_text().splitlines()
-    longest = longest_stall(lines, args.since_ms, int(args.within_s * 1000))
+    longest = longest_stall(lines, args.since_ms, int(args.sent_within_s * 1000))
     if longest is None:
         print("producers_resumed_s=none")
         return 1
@@ -337,7 +346,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ak.add_argument("logs", nargs="+")
     sl = sub.add_parser("stall")
     sl.add_argument("--since-ms", type=int, required=True)
-    sl.add_argument("--within-s", type=float, default=60.0)
+    sl.add_argument("--sent-within-s", type=float, required=True)
     sl.add_argument("log")
     args = parser.parse_args(argv)
     return {"stop": stop, "settle": settle, "acks": acks, "stall": stall}[args.command](args)
