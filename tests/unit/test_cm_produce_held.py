@@ -1,5 +1,7 @@
 """A CM holds a produce whose partition has no primary it reaches, and forwards it the moment the
 table names one: the producer is answered by the new primary without waiting out a retry back-off.
+Likewise a produce the primary refused as no longer its own (a handoff): it goes to the primary of
+the next epoch once the table names it.
 
 The CM is the real one, in process, with its table in memory; its links to the MMs and the client's
 connection are recorders. One answer per request, with the client's correlation id.
@@ -16,6 +18,7 @@ from hybridmq.broker.assignment_source import StaticAssignmentSource
 from hybridmq.broker.cm.mm_links import MMLink
 from hybridmq.broker.cm.server import CMConfig, ConnectionManager
 from hybridmq.broker.cm.session import Session
+from hybridmq.protocol import RemoteError
 from hybridmq.protocol.connection import ConnectionClosed
 
 PARTITION = "f-0"
@@ -28,13 +31,15 @@ class Recorder:
         self.closed = False
         self.write_buffer_size = 0
         self.sent: list[dict[str, Any]] = []
+        self.answered = asyncio.Event()  # something was sent on it
         self.requests: list[tuple[dict[str, Any], asyncio.Future[Any]]] = []
 
     def send_nowait(self, frame: dict[str, Any]) -> None:
         self.sent.append(frame)
+        self.answered.set()
 
     def reply_error(self, request: dict[str, Any], code: ErrorCode, msg: str) -> None:
-        self.sent.append(error_frame(code, msg, request.get("c")))
+        self.send_nowait(error_frame(code, msg, request.get("c")))
 
     def request_nowait(self, frame: dict[str, Any]) -> asyncio.Future[Any]:
         frame["c"] = 1000 + len(self.requests)
@@ -66,7 +71,9 @@ def _cm(source: StaticAssignmentSource, up: dict[str, Recorder | None]) -> Conne
 
 
 def _produce(corr: int) -> dict[str, Any]:
-    return {"t": FrameType.PRODUCE, "c": corr, "p": PARTITION, "d": "queue:q", "n": 1, "b": b"r"}
+    """A client's PRODUCE; its sequence number is its correlation id (told apart when resent)."""
+    frame = {"t": FrameType.PRODUCE, "c": corr, "p": PARTITION, "d": "queue:q", "n": 1, "b": b"r"}
+    return frame | {"pid": 77, "pep": 0, "seq": corr}
 
 
 async def test_a_produce_for_a_lost_primary_goes_to_the_new_one_once_the_table_names_it() -> None:
@@ -123,6 +130,91 @@ async def test_a_drained_partition_is_refused_not_held() -> None:
     assert [(f["r"], f["code"]) for f in client.sent] == [(10, ErrorCode.PARTITION_NOT_WRITABLE)], client.sent
     cm.held.refuse_all("test over")
     assert [(f["r"], f["code"]) for f in client.sent][1:] == [(9, ErrorCode.MM_UNAVAILABLE)]
+
+
+def _acks(client: Recorder) -> list[tuple[Any, ...]]:
+    return [(f["t"], f["r"], f.get("o", f.get("code"))) for f in client.sent]
+
+
+async def test_a_produce_an_old_primary_refused_goes_to_the_next_one_once_the_table_names_it() -> None:
+    source = StaticAssignmentSource([_fixed("mm-1", 3)])
+    client, mm1, mm2 = Recorder(), Recorder(), Recorder()
+    cm = _cm(source, {"mm-1": mm1, "mm-2": mm2})
+    session = Session("s-1", "alice", "c-1", client)  # type: ignore[arg-type]
+
+    cm._produce(session, _produce(11))
+    cm._produce(session, _produce(12))
+    # mm-1 handed the partition over and demoted before this CM's table changed: it refuses both.
+    (first, refused_1), (second, refused_2) = mm1.requests
+    assert (first["seq"], second["seq"]) == (11, 12)
+    refused_1.set_exception(RemoteError(ErrorCode.NOT_PRIMARY, "local-fixed-0 moved"))
+    refused_2.set_exception(RemoteError(ErrorCode.STALE_EPOCH, "epoch 3 < 4"))
+    await asyncio.sleep(0)
+    assert client.sent == [] and mm2.requests == [], "told the producer, or sent before the table moved"
+
+    source.update([_fixed("mm-2", 4)])
+    forwarded = [f for f, _ in mm2.requests]
+    # In the order they went to mm-1, at the new epoch, the producer's own sequence kept.
+    assert [(f["p"], f["e"], f["seq"]) for f in forwarded] == [(PARTITION, 4, 11), (PARTITION, 4, 12)]
+    for offset, (_, fut) in enumerate(mm2.requests):
+        fut.set_result({"t": FrameType.PRODUCE_ACK, "p": PARTITION, "o": offset, "l": offset})
+    await asyncio.sleep(0)
+    assert _acks(client) == [(FrameType.PRODUCE_ACK, 11, 0), (FrameType.PRODUCE_ACK, 12, 1)]
+    assert cm.stats()["redirects"] == {"held": 0, "held_total": 2, "refused_total": 0}
+
+
+async def test_a_refusal_that_comes_after_the_table_moved_is_forwarded_at_once() -> None:
+    source = StaticAssignmentSource([_fixed("mm-1", 3)])
+    client, mm1, mm2 = Recorder(), Recorder(), Recorder()
+    cm = _cm(source, {"mm-1": mm1, "mm-2": mm2})
+    session = Session("s-1", "alice", "c-1", client)  # type: ignore[arg-type]
+    cm._produce(session, _produce(13))
+    (_, refused), *_ = mm1.requests
+    # The table moved first; the request stays pending on mm-1's link only if mm-1 is still the
+    # primary in it, so the move is to mm-1 itself at a newer epoch (its copy promoted again).
+    source.update([_fixed("mm-1", 5)])
+    refused.set_exception(RemoteError(ErrorCode.STALE_EPOCH, "epoch 3 < 5"))
+    await asyncio.sleep(0)
+    (again, fut) = mm1.requests[1]
+    assert again["e"] == 5 and client.sent == [], again
+    # Forwarded once only: the next refusal is the producer's to handle.
+    fut.set_exception(RemoteError(ErrorCode.NOT_PRIMARY, "still not"))
+    await asyncio.sleep(0)
+    assert _acks(client) == [(FrameType.ERROR, 13, ErrorCode.NOT_PRIMARY)]
+    assert len(mm1.requests) == 2 and mm2.requests == []
+
+
+async def test_a_primary_that_stays_gets_the_produce_back_from_the_producer_after_the_wait() -> None:
+    """A lease lapse that ends without a failover: the table never moves, so the producer is told
+    NOT_PRIMARY after the wait (its back-off then resends to the same primary), not held for ever."""
+    source = StaticAssignmentSource([_fixed("mm-1", 3)])
+    client, mm1 = Recorder(), Recorder()
+    cm = _cm(source, {"mm-1": mm1})
+    session = Session("s-1", "alice", "c-1", client)  # type: ignore[arg-type]
+    cm._produce(session, _produce(14))
+    mm1.requests[0][1].set_exception(RemoteError(ErrorCode.NOT_PRIMARY, "lease lapsed"))
+    await asyncio.sleep(0)
+    source.update([_fixed("mm-1", 3)])  # the same table again: nothing newer
+    assert client.sent == [] and len(mm1.requests) == 1
+    began = asyncio.get_running_loop().time()
+    async with asyncio.timeout(5):
+        await client.answered.wait()
+    waited = asyncio.get_running_loop().time() - began
+    assert _acks(client) == [(FrameType.ERROR, 14, ErrorCode.NOT_PRIMARY)]
+    assert 0.3 < waited < 2.0, waited
+    assert len(mm1.requests) == 1
+
+
+async def test_other_refusals_go_to_the_producer_at_once() -> None:
+    source = StaticAssignmentSource([_fixed("mm-1", 3)])
+    client, mm1 = Recorder(), Recorder()
+    cm = _cm(source, {"mm-1": mm1})
+    session = Session("s-1", "alice", "c-1", client)  # type: ignore[arg-type]
+    cm._produce(session, _produce(15))
+    mm1.requests[0][1].set_exception(RemoteError(ErrorCode.NOT_ENOUGH_REPLICAS, "1 in sync"))
+    await asyncio.sleep(0)
+    assert _acks(client) == [(FrameType.ERROR, 15, ErrorCode.NOT_ENOUGH_REPLICAS)]
+    assert cm.stats()["redirects"]["held_total"] == 0
 
 
 async def _nothing(link: MMLink) -> None:

@@ -107,6 +107,10 @@ CONSUMABLE_RESERVED = (DMQ_DESTINATION, LOG_DESTINATION)
 MAX_PATTERN = 256
 # A HELLO is a handful of short fields: a peer that has not authenticated gets no max_frame-sized buffer.
 MAX_HELLO = 64 * 1024
+# The refusals after which a produce goes to the primary of a newer epoch (``_redirect``), and how
+# long it waits for the table to name one: the producer's longest back-off.
+REDIRECTED = frozenset({ErrorCode.NOT_PRIMARY, ErrorCode.STALE_EPOCH})
+REDIRECT_WAIT_S = 0.5
 
 
 @dataclass
@@ -170,6 +174,12 @@ class ConnectionManager:
         # Produces whose partition has no primary this CM reaches (its MM lost, the table not yet
         # naming another, the link not up): forwarded the moment it does (``_forward_held``).
         self.held: HeldRequests[Session] = HeldRequests(ErrorCode.MM_UNAVAILABLE)
+        # Produces the primary they went to refused as no longer its own (a handoff demoted it, or
+        # its table is ahead of this CM's): forwarded the moment the table names the partition at a
+        # newer epoch (``_forward_held``), not after the producer's back-off. A primary that stays
+        # (a lease lapse that ends without a failover) gets them back from the producer after
+        # REDIRECT_WAIT_S, as before.
+        self.redirects: HeldRequests[Session] = HeldRequests(ErrorCode.NOT_PRIMARY, REDIRECT_WAIT_S)
         self.delivered_batches = 0
         self.tx = TxManager(self)  # transacted sessions: this CM is their transaction manager
         self._dispatch = Dispatcher(self._dispatch_table(), lambda session: session.conn)
@@ -230,6 +240,7 @@ class ConnectionManager:
             if server is not None:
                 server.close()
         self.held.refuse_all(f"{self.config.name} is stopping")
+        self.redirects.refuse_all(f"{self.config.name} is stopping")
         for s in list(self.sessions.values()):
             s.conn.close()
         for link in self.links.values():
@@ -598,14 +609,30 @@ class ConnectionManager:
         self, session: Session, corr: Any, frame: dict[str, Any], resent: bool, fut: asyncio.Future[Any]
     ) -> None:
         exc = _failure(fut)
-        if exc is not None and not isinstance(exc, RemoteError) and not resent and not session.conn.closed:
-            # The link lost, or the partition's primary moved off its MM, before the answer came:
-            # forwarded once more, to the primary the table names now or once it names one (the MM
-            # stores a resend once, by its producer id and sequence).
-            frame["c"] = corr
-            self._forward(session, frame, resent=True)
-            return
+        if exc is not None and not resent and not session.conn.closed:
+            # Forwarded once more (the MM stores a resend once, by its producer id and sequence):
+            if not isinstance(exc, RemoteError):
+                # the link lost, or the partition's primary moved off its MM, before the answer
+                # came: to the primary the table names now or once it names one;
+                frame["c"] = corr
+                self._forward(session, frame, resent=True)
+                return
+            if exc.code in REDIRECTED:
+                # refused as not (or no longer) that MM's: to the primary of a newer epoch.
+                frame["c"] = corr
+                if self._redirect(session, frame):
+                    return
         self._relay(session, corr, fut)
+
+    def _redirect(self, session: Session, frame: dict[str, Any]) -> bool:
+        """Forward a produce refused by the primary of the epoch it went at to the primary of a
+        newer one, now or once the table names it; False when it cannot be held."""
+        partition = str(frame.get("p", ""))
+        a = self.source.partitions().get(partition)
+        if a is None or a.epoch > _routed_epoch(frame):
+            self._forward(session, frame, resent=True)
+            return True
+        return self.redirects.hold(partition, session, frame)
 
     @staticmethod
     def _relay(session: Session, corr: Any, fut: asyncio.Future[Any]) -> None:
@@ -626,13 +653,19 @@ class ConnectionManager:
             pass
 
     def _forward_held(self) -> None:
-        """Forward the held produces of each partition whose primary this CM reaches now."""
+        """Forward the held produces of each partition whose primary this CM reaches now, and the
+        redirected ones routed at an epoch older than the table's."""
+        forward = partial(self._forward, resent=True)
         for partition in self.held.partitions():
             try:
                 self.routes.primary(partition)
             except Unroutable:
                 continue
-            self.held.release(partition, lambda session, frame: self._forward(session, frame, resent=True))
+            self.held.release(partition, forward)
+        table = self.source.partitions()
+        for partition in self.redirects.partitions():
+            a = table.get(partition)  # gone from the table: forwarded, and refused as unknown
+            self.redirects.release(partition, forward, None if a is None else a.epoch - 1)
 
     # -- consume ---------------------------------------------------------------------------------
     async def _subscribe(self, session: Session, frame: dict[str, Any]) -> None:
@@ -789,6 +822,7 @@ class ConnectionManager:
             "subscriptions": len(self.subs),
             "produced_batches": self.produced_batches,
             "produces": self.held.stats(),  # held while no primary is reachable
+            "redirects": self.redirects.stats(),  # refused by an old primary, held for the new one
             "delivered_batches": self.delivered_batches,
             "mm_links": {n: self.routes.up(n) for n in self.links},
             "applications": self._app_counts(),
@@ -819,6 +853,11 @@ class ConnectionManager:
             return
         for i, part in enumerate(parts):
             session.conn.reply(frame, {"t": FrameType.ADMIN_PART, "i": i, "of": len(parts), "data": part})
+
+
+def _routed_epoch(frame: dict[str, Any]) -> int:
+    epoch = frame.get("e")
+    return epoch if isinstance(epoch, int) else -1
 
 
 def _failure(fut: asyncio.Future[Any]) -> BaseException | None:

@@ -6,8 +6,10 @@ Kafka's purgatory, for produces that arrive during a failover, in two places:
   way; ``MessageManager._taking_over``) and serves it once it leads it, or refuses it ``NOT_PRIMARY``;
 * a CM holds a produce whose partition has no reachable primary (its MM was lost, the table does not
   name a new one yet, or the link to it is not up) and forwards it the moment the table names a
-  primary it can reach, or refuses it ``MM_UNAVAILABLE``. Refused, the producer would resend after
-  its back-off (up to half a second) instead.
+  primary it can reach, or refuses it ``MM_UNAVAILABLE``; and a produce the primary it went to
+  refused as no longer its own (``NOT_PRIMARY``, ``STALE_EPOCH``: a handoff, the MM's table ahead of
+  the CM's) until the table names the partition at a newer epoch, or refuses it ``NOT_PRIMARY``.
+  Refused, the producer would resend after its back-off (up to half a second) instead.
 
 Either way the refusal is retriable. A request is refused when the wait gives up (``refuse``), when it
 passes ``max_wait_s``, and at once when ``max_held`` requests or ``max_bytes`` of records already
@@ -77,9 +79,13 @@ class HeldRequests(Generic[R]):
             self._timers[partition] = loop.call_later(self.max_wait_s, self.refuse, partition, why)
         return True
 
-    def release(self, partition: str, serve: Callable[[R, dict[str, Any]], object]) -> int:
-        """The partition is served here now: hand each held request to ``serve``, in arrival order."""
-        held = self._take(partition)
+    def release(
+        self, partition: str, serve: Callable[[R, dict[str, Any]], object], through_epoch: int | None = None
+    ) -> int:
+        """The partition is served here now: hand each held request to ``serve``, in arrival order;
+        with ``through_epoch``, only those routed at that epoch or before (the table names a newer
+        one now)."""
+        held = self._take(partition, through_epoch)
         for conn, frame in held:
             if not conn.closed:
                 serve(conn, frame)
