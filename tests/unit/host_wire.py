@@ -12,11 +12,13 @@ from typing import Any
 
 from hybridmq.api.frames import FrameType
 from hybridmq.broker.destinations.batch_payload import pack_payload
+from hybridmq.broker.dispatch import REQUESTS
 from hybridmq.broker.log.config import LogConfig
 from hybridmq.broker.log.control import ControlRecord, encode_control
 from hybridmq.broker.mm.partition import PartitionHost
 from hybridmq.broker.mm.storage import PartitionStorage
 from hybridmq.broker.replication import PartitionPrimary
+from hybridmq.protocol.codec import encode_body
 
 
 class Wire:
@@ -34,6 +36,12 @@ class Wire:
 
     def deliveries(self) -> list[dict[str, Any]]:
         return self.of_type(FrameType.DELIVER)
+
+
+def decoded(frame: dict[str, Any]) -> Any:
+    """``frame`` as a broker's connection hands it to its handler: a typed request (PRODUCE, ACK,
+    NACK) as its Struct, anything else as a dict, a malformed typed one as an ``InvalidFrame``."""
+    return REQUESTS.decode(encode_body(frame))
 
 
 async def until(predicate: Callable[[], object], what: str, timeout_s: float = 5.0) -> None:

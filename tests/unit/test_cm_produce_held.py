@@ -12,14 +12,19 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import msgspec
+
 from hybridmq.api.assignment import PartitionAssignment, PartitionType
 from hybridmq.api.frames import ErrorCode, FrameType, error_frame
+from hybridmq.api.requests import Request
 from hybridmq.broker.assignment_source import StaticAssignmentSource
 from hybridmq.broker.cm.mm_links import MMLink
 from hybridmq.broker.cm.server import CMConfig, ConnectionManager
 from hybridmq.broker.cm.session import Session
+from hybridmq.broker.dispatch import REQUESTS
 from hybridmq.protocol import RemoteError
-from hybridmq.protocol.connection import ConnectionClosed
+from hybridmq.protocol.codec import encode_body
+from hybridmq.protocol.connection import ConnectionClosed, correlation
 
 PARTITION = "f-0"
 
@@ -38,13 +43,13 @@ class Recorder:
         self.sent.append(frame)
         self.answered.set()
 
-    def reply_error(self, request: dict[str, Any], code: ErrorCode, msg: str) -> None:
-        self.send_nowait(error_frame(code, msg, request.get("c")))
+    def reply_error(self, request: Any, code: ErrorCode, msg: str) -> None:
+        self.send_nowait(error_frame(code, msg, correlation(request)))
 
-    def request_nowait(self, frame: dict[str, Any]) -> asyncio.Future[Any]:
-        frame["c"] = 1000 + len(self.requests)
+    def request_nowait(self, frame: Request) -> asyncio.Future[Any]:
+        frame.c = 1000 + len(self.requests)
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self.requests.append((dict(frame), fut))
+        self.requests.append((msgspec.to_builtins(frame), fut))  # as it went on the wire
         return fut
 
 
@@ -70,10 +75,11 @@ def _cm(source: StaticAssignmentSource, up: dict[str, Recorder | None]) -> Conne
     return cm
 
 
-def _produce(corr: int) -> dict[str, Any]:
-    """A client's PRODUCE; its sequence number is its correlation id (told apart when resent)."""
+def _produce(corr: int) -> Any:
+    """A client's PRODUCE as the CM's connection decodes it; its sequence number is its correlation
+    id (told apart when resent)."""
     frame = {"t": FrameType.PRODUCE, "c": corr, "p": PARTITION, "d": "queue:q", "n": 1, "b": b"r"}
-    return frame | {"pid": 77, "pep": 0, "seq": corr}
+    return REQUESTS.decode(encode_body(frame | {"pid": 77, "pep": 0, "seq": corr}))
 
 
 async def test_a_produce_for_a_lost_primary_goes_to_the_new_one_once_the_table_names_it() -> None:

@@ -4,9 +4,9 @@ order, refused with the holder's code, and refused by epoch."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 from hybridmq.api.frames import ErrorCode
+from hybridmq.api.requests import Produce
 from hybridmq.broker.routing.held_requests import HeldRequests
 
 
@@ -15,12 +15,12 @@ class FakeConn:
         self.closed = False
         self.errors: list[tuple[int, ErrorCode]] = []
 
-    def reply_error(self, frame: dict[str, Any], code: ErrorCode, msg: str) -> None:
-        self.errors.append((frame["c"], code))
+    def reply_error(self, frame: Produce, code: ErrorCode, msg: str) -> None:
+        self.errors.append((frame.c, code))
 
 
-def frame(c: int, epoch: int) -> dict[str, Any]:
-    return {"c": c, "p": "p0", "e": epoch}
+def frame(c: int, epoch: int, records: bytes = b"") -> Produce:
+    return Produce(c=c, partition="p0", destination="queue:q", count=1, records=records, epoch=epoch)
 
 
 async def test_held_requests_are_served_in_arrival_order_once() -> None:
@@ -28,8 +28,8 @@ async def test_held_requests_are_served_in_arrival_order_once() -> None:
     for c in range(3):
         assert waits.hold("p0", conn, frame(c, 4))  # type: ignore[arg-type]
     assert len(waits) == 3
-    assert waits.release("p0", lambda _conn, f: served.append(f["c"])) == 3
-    assert waits.release("p0", lambda _conn, f: served.append(f["c"])) == 0
+    assert waits.release("p0", lambda _conn, f: served.append(f.c)) == 3
+    assert waits.release("p0", lambda _conn, f: served.append(f.c)) == 0
     assert served == [0, 1, 2] and len(waits) == 0 and conn.errors == []
 
 
@@ -45,10 +45,10 @@ async def test_the_hold_is_bounded_and_a_closed_connection_gets_nothing() -> Non
 
 async def test_the_hold_is_bounded_in_bytes_too() -> None:
     waits, conn = HeldRequests(ErrorCode.NOT_PRIMARY, max_bytes=100), FakeConn()
-    assert waits.hold("p0", conn, {**frame(1, 4), "b": b"x" * 60})  # type: ignore[arg-type]
-    assert not waits.hold("p0", conn, {**frame(2, 4), "b": b"x" * 60})  # type: ignore[arg-type]
+    assert waits.hold("p0", conn, frame(1, 4, b"x" * 60))  # type: ignore[arg-type]
+    assert not waits.hold("p0", conn, frame(2, 4, b"x" * 60))  # type: ignore[arg-type]
     waits.release("p0", lambda _conn, f: None)
-    assert waits.hold("p0", conn, {**frame(3, 4), "b": b"x" * 60})  # type: ignore[arg-type]
+    assert waits.hold("p0", conn, frame(3, 4, b"x" * 60))  # type: ignore[arg-type]
 
 
 async def test_a_table_at_one_epoch_refuses_only_what_was_routed_at_it_or_before() -> None:
@@ -58,7 +58,7 @@ async def test_a_table_at_one_epoch_refuses_only_what_was_routed_at_it_or_before
     assert waits.refuse("p0", "another primary at 4", through_epoch=4) == 2
     assert conn.errors == [(1, ErrorCode.NOT_PRIMARY), (2, ErrorCode.NOT_PRIMARY)]
     served: list[int] = []
-    assert waits.release("p0", lambda _conn, f: served.append(f["c"])) == 1
+    assert waits.release("p0", lambda _conn, f: served.append(f.c)) == 1
     assert served == [3]
 
 

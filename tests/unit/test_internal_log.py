@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import msgpack
+from host_wire import decoded
 
 from hybridmq.api.frames import LOG_DESTINATION, ErrorCode, FrameType
 from hybridmq.broker.log_events import log_partition, log_partition_owner
@@ -27,7 +28,7 @@ class Replies:
 
 def produce(dest: str, c: int, size: int = 1000) -> dict[str, Any]:
     blob = msgpack.packb([[b"v" * size, None, None, 0]])
-    return {"t": FrameType.PRODUCE, "c": c, "p": "_log.mm-7", "d": dest, "n": 1, "b": blob, "e": 0}
+    return decoded({"t": FrameType.PRODUCE, "c": c, "p": "_log.mm-7", "d": dest, "n": 1, "b": blob, "e": 0})
 
 
 async def until(predicate: Any) -> None:

@@ -1,17 +1,23 @@
 """The MM's ACK/NACK handler against a fake MM context: which acknowledgements reach the partition,
-which are refused and how the CM is answered. No server, no sockets."""
+which are refused and how the CM is answered. No server, no sockets: each frame is decoded as the
+MM's connection decodes it and goes through the MM's own dispatch entries."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, cast
+
+from host_wire import decoded
 
 from hybridmq.api.frames import ErrorCode, FrameType
 from hybridmq.broker.destinations.delivery import ConsumerLink
+from hybridmq.broker.dispatch import Dispatcher, Entry
 from hybridmq.broker.mm import acks
 from hybridmq.broker.mm.context import MMContext
 from hybridmq.broker.mm.hosted import HostedPartitions, Subscriptions
 from hybridmq.broker.mm.partition import PartitionHost
+from hybridmq.protocol.connection import correlation
 
 CONN_ID = 1
 
@@ -21,11 +27,11 @@ class FakeConn:
     replies: list[dict[str, Any]] = field(default_factory=list)
     errors: list[tuple[Any, ErrorCode, str]] = field(default_factory=list)
 
-    def reply(self, frame: dict[str, Any], answer: dict[str, Any]) -> None:
-        self.replies.append(dict(answer, r=frame.get("c")))
+    def reply(self, frame: Any, answer: dict[str, Any]) -> None:
+        self.replies.append(dict(answer, r=correlation(frame)))
 
-    def reply_error(self, frame: dict[str, Any], code: ErrorCode, msg: str) -> None:
-        self.errors.append((frame.get("c"), code, msg))
+    def reply_error(self, frame: Any, code: ErrorCode, msg: str) -> None:
+        self.errors.append((correlation(frame), code, msg))
 
 
 @dataclass
@@ -71,7 +77,10 @@ class FakeMM:
 
 
 def handle(mm: FakeMM, conn: FakeConn, **frame: Any) -> None:
-    acks.handle(cast(MMContext, mm), cast(Any, conn), frame)
+    """``frame`` from a CM, as the MM's connection decodes and dispatches it."""
+    handler = partial(acks.handle, cast(MMContext, mm))
+    dispatch = Dispatcher({FrameType.ACK: Entry(handler), FrameType.NACK: Entry(handler)}, lambda c: c)
+    dispatch(conn, decoded(frame))
 
 
 def subscribed(conn: FakeConn) -> FakeMM:

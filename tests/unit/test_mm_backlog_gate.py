@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import msgpack
-from host_wire import Wire, until
+from host_wire import Wire, decoded, until
 
 from hybridmq.api.frames import ErrorCode, FrameType
 from hybridmq.broker.destinations.delivery import ConsumerLink
@@ -28,7 +28,7 @@ HOLD_S = 0.3
 
 def _produce(corr: int) -> dict[str, Any]:
     records = msgpack.packb([[b"m%d" % corr, None, {}, 0]], use_bin_type=True)
-    return {"t": FrameType.PRODUCE, "c": corr, "d": QUEUE, "n": 1, "b": records}
+    return decoded({"t": FrameType.PRODUCE, "c": corr, "p": "p0", "d": QUEUE, "n": 1, "b": records})
 
 
 async def test_a_produce_held_by_a_full_backlog_is_refused_then_stored_once_consumed(tmp_path: Path) -> None:

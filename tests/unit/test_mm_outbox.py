@@ -16,7 +16,7 @@ from typing import Any
 
 import msgpack
 import pytest
-from host_wire import Wire, partition_host, until
+from host_wire import Wire, decoded, partition_host, until
 
 from hybridmq.api.frames import BatchFlag, ErrorCode, FrameType
 from hybridmq.broker.destinations.delivery import ConsumerLink
@@ -75,15 +75,18 @@ async def test_a_chunk_given_back_while_its_round_waits_is_not_sent(
         for seq in range(CHUNKS):
             host.enqueue_produce(
                 producer,
-                {
-                    "t": FrameType.PRODUCE,
-                    "c": seq,
-                    "d": QUEUE,
-                    "n": 1,
-                    "b": bytes([seq]) * 1000,
-                    "f": int(BatchFlag.CHUNK),
-                    "xa": {"sid": "s1", "seq": seq, "fin": seq == CHUNKS - 1},
-                },
+                decoded(
+                    {
+                        "t": FrameType.PRODUCE,
+                        "c": seq,
+                        "p": "p0",
+                        "d": QUEUE,
+                        "n": 1,
+                        "b": bytes([seq]) * 1000,
+                        "f": int(BatchFlag.CHUNK),
+                        "xa": {"sid": "s1", "seq": seq, "fin": seq == CHUNKS - 1},
+                    }
+                ),
             )
         await until(lambda: len(producer.frames) == CHUNKS, "produce acks")
         assert all(f["t"] == FrameType.PRODUCE_ACK for f in producer.frames)
@@ -127,7 +130,16 @@ async def test_a_failed_round_keeps_a_topic_in_offset_order(
     link = ConsumerLink(consumer, "c1", window=100, window_bytes=1 << 20)
 
     async def produce(value: int) -> None:
-        frame = {"t": FrameType.PRODUCE, "c": value, "d": "topic:t", "n": 1, "b": msgpack.packb([[value]])}
+        frame = decoded(
+            {
+                "t": FrameType.PRODUCE,
+                "c": value,
+                "p": "p0",
+                "d": "topic:t",
+                "n": 1,
+                "b": msgpack.packb([[value]]),
+            }
+        )
         host.enqueue_produce(producer, frame)
         await until(lambda: any(f.get("r") == value for f in producer.frames), f"produce ack {value}")
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import msgpack
-from host_wire import Wire, until
+from host_wire import Wire, decoded, until
 
 from hybridmq.api.frames import ErrorCode, FrameType
 from hybridmq.broker.log.config import LogConfig
@@ -27,7 +27,7 @@ QUEUE = "queue:answered"
 
 def _produce(corr: int) -> dict[str, Any]:
     records = msgpack.packb([[b"v%d" % corr, None, {}, 0]], use_bin_type=True)
-    return {"t": FrameType.PRODUCE, "c": corr, "d": QUEUE, "n": 1, "b": records}
+    return decoded({"t": FrameType.PRODUCE, "c": corr, "p": "p0", "d": QUEUE, "n": 1, "b": records})
 
 
 def _host_waiting_for_a_backup(tmp_path: Path) -> tuple[PartitionHost, PartitionStorage]:

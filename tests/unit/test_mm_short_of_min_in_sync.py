@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import msgpack
-from host_wire import Wire, until
+from host_wire import Wire, decoded, until
 
 from hybridmq.api.frames import DMQ_DESTINATION, ErrorCode, FrameType
 from hybridmq.broker.destinations.delivery import ConsumerLink
@@ -32,7 +32,7 @@ def _records(value: bytes) -> bytes:
 
 
 def _produce(seq: int, value: bytes) -> dict[str, Any]:
-    return {"t": FrameType.PRODUCE, "c": seq, "d": QUEUE, "n": 1, "b": _records(value)}
+    return decoded({"t": FrameType.PRODUCE, "c": seq, "p": "p0", "d": QUEUE, "n": 1, "b": _records(value)})
 
 
 async def test_a_dmq_move_is_delivered_while_short_of_min_in_sync(tmp_path: Path) -> None:
@@ -61,7 +61,7 @@ async def test_a_dmq_move_is_delivered_while_short_of_min_in_sync(tmp_path: Path
         assert refused["t"] == FrameType.ERROR, "a produce short of minInSync is refused"
         assert refused["code"] == ErrorCode.NOT_ENOUGH_REPLICAS, refused
 
-        reply = (consumer, {"t": FrameType.ACK, "c": 7})
+        reply = (consumer, decoded({"t": FrameType.NACK, "c": 7, "s": "sub", "o": int(delivered["o"])}))
         assert host.ack(link, int(delivered["o"]), nack=True, attempt=1, requeue=False, reply=reply)
         await until(lambda: consumer.of_type(FrameType.OK), "the rejection's answer")
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import msgpack
 import pytest
-from host_wire import Wire, partition_host, store, store_control, until
+from host_wire import Wire, decoded, partition_host, store, store_control, until
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -74,7 +74,9 @@ async def test_a_record_not_committed_is_neither_delivered_nor_lost_when_given_b
     second = ConsumerLink(fresh, "new", window=100, window_bytes=1 << 20)
     try:
         host.attach(first, "topic:t", "exact", "sub")
-        frame = {"t": FrameType.PRODUCE, "c": 1, "d": "topic:t", "n": 1, "b": msgpack.packb([[b"a"]])}
+        frame = decoded(
+            {"t": FrameType.PRODUCE, "c": 1, "p": "p0", "d": "topic:t", "n": 1, "b": msgpack.packb([[b"a"]])}
+        )
         host.enqueue_produce(producer, frame)
         await until(lambda: producer.frames, "the first record acknowledged")
         host.pump()

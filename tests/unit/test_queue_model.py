@@ -30,7 +30,7 @@ from tempfile import TemporaryDirectory
 from typing import Any
 
 import msgpack
-from host_wire import Wire, until
+from host_wire import Wire, decoded, until
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -146,12 +146,13 @@ class QueueModel(RuleBasedStateMachine):
             self.open_host()
         assert self.host is not None
         bodies = [f"m{next(self.bodies)}".encode() for _ in range(n)]
-        frame: dict[str, Any] = {"t": FrameType.PRODUCE, "c": len(self.produced), "d": QUEUE, "n": n}
+        frame: dict[str, Any] = {"t": FrameType.PRODUCE, "c": len(self.produced), "p": "p0", "d": QUEUE}
+        frame["n"] = n
         frame["b"] = msgpack.packb(bodies)
         if expired:
             frame["x"] = int(time.time() * 1000) - 60_000
         before = len(self.producer.frames)
-        self.host.enqueue_produce(self.producer, frame)
+        self.host.enqueue_produce(self.producer, decoded(frame))
 
         self.run(until(lambda: len(self.producer.frames) > before, "the produce ack"))
         assert self.producer.frames[-1]["t"] == FrameType.PRODUCE_ACK, self.producer.frames[-1]
@@ -197,7 +198,8 @@ class QueueModel(RuleBasedStateMachine):
         corr = next(self.corr)
         nack = how != "ack" and how != "ack-rest"
         requeue = how != "reject"
-        reply = (self.replies, {"c": corr}) if not (nack and requeue) else None
+        ack = {"t": FrameType.NACK if nack else FrameType.ACK, "c": corr, "s": "sub", "o": held.start}
+        reply = (self.replies, decoded(ack)) if not (nack and requeue) else None
         taken = self.host.ack(consumer.link, held.start, nack, held.attempt, reply, first, last, requeue)
         current = held.generation == self.generation
         assert taken == current, (

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import msgpack
 import pytest
-from host_wire import Wire, until
+from host_wire import Wire, decoded, until
 
 from hybridmq.api.frames import FrameType
 from hybridmq.broker.destinations.delivery import ConsumerLink
@@ -36,7 +36,10 @@ async def test_one_record_given_back_of_a_delivery_of_five_comes_back(tmp_path: 
     try:
         bodies = [f"m{i}".encode() for i in range(5)]
         host.enqueue_produce(
-            producer, {"t": FrameType.PRODUCE, "c": 1, "d": QUEUE, "n": 5, "b": msgpack.packb(bodies)}
+            producer,
+            decoded(
+                {"t": FrameType.PRODUCE, "c": 1, "p": "p0", "d": QUEUE, "n": 5, "b": msgpack.packb(bodies)}
+            ),
         )
         await until(lambda: producer.frames, "the produce ack")
         assert producer.frames[0]["t"] == FrameType.PRODUCE_ACK, producer.frames

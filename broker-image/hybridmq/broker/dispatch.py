@@ -11,9 +11,10 @@ the same connection is written down here, not implied by what a handler returns:
 * ``SPAWNED``: a coroutine run beside the read loop in the dispatcher's task set: the connection
   keeps reading (and answering PINGs) while it waits, e.g. on replication.
 
-A frame whose fields are missing or of the wrong type (``KeyError``, ``ValueError``, ``TypeError``
-from its handler) is answered ``INVALID_REQUEST`` and the connection reads on; a frame type with no
-entry is answered the same way.
+A frame whose fields are missing or of the wrong type is answered ``INVALID_REQUEST`` and the
+connection reads on: a typed request (``hybridmq.api.requests``) before any handler sees it (its
+decoder made it an ``InvalidFrame``), a dict frame when its handler raises ``KeyError``,
+``ValueError`` or ``TypeError``. A frame type with no entry is answered the same way.
 """
 
 from __future__ import annotations
@@ -25,10 +26,13 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from hybridmq.api.frames import ErrorCode
+from hybridmq.api.requests import DATA_REQUESTS, Request
 from hybridmq.protocol import Connection
+from hybridmq.protocol.codec import Decoded, FrameDecoder, InvalidFrame
 
+# What a broker's connections decode: the data path's requests as typed Structs, the rest as dicts.
+REQUESTS = FrameDecoder(DATA_REQUESTS)
 C = TypeVar("C")  # what a handler is called with beside the frame: a session, a connection
-Frame = dict[str, Any]
 
 
 class Mode(enum.Enum):
@@ -39,7 +43,7 @@ class Mode(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class Entry(Generic[C]):
-    handler: Callable[[C, Frame], Any]
+    handler: Callable[[C, Any], Any]  # given the frame: a dict, or the Struct of a typed request
     mode: Mode = Mode.INLINE
 
 
@@ -49,9 +53,15 @@ class Dispatcher(Generic[C]):
         self.conn_of = conn_of  # where a refusal is answered
         self.tasks: set[asyncio.Task[None]] = set()  # the SPAWNED handlers still running
 
-    def __call__(self, ctx: C, frame: Frame) -> Any:
+    def __call__(self, ctx: C, frame: Decoded) -> Any:
         """Run ``frame``'s handler; returns what the read loop must wait for (None: nothing)."""
-        t = frame["t"]
+        if isinstance(frame, Request):
+            t = frame.TYPE
+        elif isinstance(frame, InvalidFrame):
+            self.conn_of(ctx).reply_error(frame, ErrorCode.INVALID_REQUEST, f"bad frame: {frame.reason}")
+            return None
+        else:
+            t = frame["t"]
         entry = self.table.get(t)
         if entry is None:
             self.conn_of(ctx).reply_error(frame, ErrorCode.INVALID_REQUEST, f"unexpected frame type {t}")

@@ -20,14 +20,23 @@ import ssl as _ssl
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import msgpack
-
 from hybridmq.api.frames import DEFAULT_MAX_FRAME, ErrorCode, FrameType, error_frame
-from hybridmq.protocol.codec import Frame, ProtocolError, read_frame
+from hybridmq.api.requests import Request
+from hybridmq.protocol.codec import (
+    UNTYPED,
+    Decoded,
+    Frame,
+    FrameDecoder,
+    InvalidFrame,
+    ProtocolError,
+    encode_body,
+    read_body,
+    read_frame,
+)
 
 log = logging.getLogger(__name__)
 
-Handler = Callable[[Frame], Awaitable[None] | None]
+Handler = Callable[[Any], Awaitable[None] | None]  # given a ``Decoded`` frame
 HIGH_WATER = 4 * 1024 * 1024
 FRAMES_PER_TURN = 32  # frames handled from one connection before the other connections get a turn
 
@@ -53,6 +62,7 @@ class Connection:
         writer: asyncio.StreamWriter,
         max_frame: int = DEFAULT_MAX_FRAME,
         name: str = "",
+        decoder: FrameDecoder = UNTYPED,
     ) -> None:
         self.reader = reader
         self.writer = writer
@@ -62,22 +72,22 @@ class Connection:
         self._pending: dict[int, asyncio.Future[Any]] = {}
         self._parts: dict[int, list[Any]] = {}
         self.closed = False
-        self._packer = msgpack.Packer(use_bin_type=True)
+        self.decoder = decoder  # which request types arrive as typed Structs (a server's)
         self.on_close: list[Callable[[], None]] = []
         self.peer = writer.get_extra_info("peername")
         self.handler: Handler = lambda frame: None
 
     # -- sending -------------------------------------------------------------------------------
-    def send_nowait(self, frame: Frame) -> None:
+    def send_nowait(self, frame: Frame | Request) -> None:
         if self.closed:
             raise ConnectionClosed(self.name)
-        body = self._packer.pack(frame)
+        body = encode_body(frame)
         try:
             self.writer.write(len(body).to_bytes(4, "big") + body)
         except RuntimeError as exc:  # the transport closed before ``run`` noticed (uvloop)
             raise ConnectionClosed(f"{self.name}: {exc}") from None
 
-    async def send(self, frame: Frame) -> None:
+    async def send(self, frame: Frame | Request) -> None:
         self.send_nowait(frame)
         await self.drain()
 
@@ -93,9 +103,12 @@ class Connection:
     def write_buffer_size(self) -> int:
         return int(self.writer.transport.get_write_buffer_size())
 
-    def request_nowait(self, frame: Frame) -> asyncio.Future[Any]:
+    def request_nowait(self, frame: Frame | Request) -> asyncio.Future[Any]:
         corr = next(self._corr)
-        frame["c"] = corr
+        if isinstance(frame, Request):
+            frame.c = corr
+        else:
+            frame["c"] = corr
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._pending[corr] = fut
         try:
@@ -105,20 +118,20 @@ class Connection:
             raise
         return fut
 
-    async def request(self, frame: Frame, timeout: float | None = 30.0) -> Any:  # noqa: ASYNC109
+    async def request(self, frame: Frame | Request, timeout: float | None = 30.0) -> Any:  # noqa: ASYNC109
         fut = self.request_nowait(frame)
         await self.drain()
         async with asyncio.timeout(timeout):
             return await fut
 
-    def reply(self, request: Frame, frame: Frame) -> None:
-        frame["r"] = request.get("c")
+    def reply(self, request: Decoded, frame: Frame) -> None:
+        frame["r"] = correlation(request)
         if not self.closed:
             self.send_nowait(frame)
 
-    def reply_error(self, request: Frame, code: ErrorCode, msg: str) -> None:
+    def reply_error(self, request: Decoded, code: ErrorCode, msg: str) -> None:
         if not self.closed:
-            self.send_nowait(error_frame(code, msg, reply_to=request.get("c")))
+            self.send_nowait(error_frame(code, msg, reply_to=correlation(request)))
 
     # -- receiving ------------------------------------------------------------------------------
     async def recv(self) -> Frame | None:
@@ -150,10 +163,11 @@ class Connection:
                 handled += 1
                 if handled % FRAMES_PER_TURN == 0:
                     await asyncio.sleep(0)
-                frame = await read_frame(self.reader, self.max_frame)
-                if frame is None:
+                body = await read_body(self.reader, self.max_frame)
+                if body is None:
                     break
-                if "r" in frame:
+                frame = self.decoder.decode(body)
+                if type(frame) is dict and "r" in frame:  # replies are never typed
                     self._resolve(frame)
                     continue
                 result = self.handler(frame)
@@ -196,6 +210,15 @@ class Connection:
                 cb()
             except Exception:
                 log.exception("on_close callback failed")
+
+
+def correlation(request: Decoded) -> Any:
+    """The correlation id an answer to ``request`` carries (None: none wanted)."""
+    if isinstance(request, Request):
+        return request.c
+    if isinstance(request, InvalidFrame):
+        return request.frame.get("c")
+    return request.get("c")
 
 
 async def open_connection(

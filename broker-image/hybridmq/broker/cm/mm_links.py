@@ -21,6 +21,7 @@ from functools import partial
 from typing import Any
 
 from hybridmq.api.frames import PROTOCOL_VERSION, FrameType
+from hybridmq.api.requests import Request
 from hybridmq.protocol import Connection, open_connection
 from hybridmq.protocol.connection import ConnectionClosed
 from hybridmq.protocol.tls import BrokerTls
@@ -55,7 +56,7 @@ class MMLink:
         self._waiting: dict[str, set[asyncio.Future[Any]]] = {}  # partition -> its pending requests
         self._task: asyncio.Task[None] | None = None
 
-    def request(self, partition: str, frame: dict[str, Any]) -> asyncio.Future[Any]:
+    def request(self, partition: str, frame: dict[str, Any] | Request) -> asyncio.Future[Any]:
         """Send a request about ``partition``; its answer's future (ConnectionClosed when the link
         is down, or when ``fail_partitions`` names the partition before the answer came)."""
         if self.conn is None:

@@ -73,6 +73,7 @@ from hybridmq.api.frames import (
     error_frame,
     is_reserved,
 )
+from hybridmq.api.requests import Ack, Produce
 from hybridmq.broker.assignment_source import AssignmentSource
 from hybridmq.broker.auth import AclTable, CredentialStore, cluster_secret
 from hybridmq.broker.auth.kube_users import KubeUsersSecret
@@ -91,7 +92,7 @@ from hybridmq.broker.cm.markers import publish_marker
 from hybridmq.broker.cm.mm_links import MMLink
 from hybridmq.broker.cm.session import Session, SubEntry
 from hybridmq.broker.destinations.matching import MATCH_KINDS, make_matcher
-from hybridmq.broker.dispatch import Dispatcher, Entry, Mode
+from hybridmq.broker.dispatch import REQUESTS, Dispatcher, Entry, Mode
 from hybridmq.broker.ids import IdGenerator
 from hybridmq.broker.log_events import LogEventBuffer, log_partition, log_partition_owner
 from hybridmq.broker.routing import Routes, Unroutable
@@ -429,7 +430,9 @@ class ConnectionManager:
 
     # -- client connections ----------------------------------------------------------------------
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        conn = Connection(reader, writer, self.config.max_frame, name=f"cm:{self.config.name}")
+        conn = Connection(
+            reader, writer, self.config.max_frame, name=f"cm:{self.config.name}", decoder=REQUESTS
+        )
         try:
             async with asyncio.timeout(10):
                 hello = await read_frame(reader, min(MAX_HELLO, self.config.max_frame))
@@ -553,9 +556,9 @@ class ConnectionManager:
             },
         )
 
-    def _produce(self, session: Session, frame: dict[str, Any]) -> Any:
-        raw = frame.get("d")
-        if not isinstance(raw, str) or not raw or len(raw) > MAX_PATTERN:
+    def _produce(self, session: Session, frame: Produce) -> Any:
+        raw = frame.destination
+        if not raw or len(raw) > MAX_PATTERN:
             session.conn.reply_error(
                 frame,
                 ErrorCode.INVALID_DESTINATION,
@@ -573,17 +576,17 @@ class ConnectionManager:
                 frame, ErrorCode.ACL_DENIED, f"user {session.user!r} may not produce to {dest!r}"
             )
             return None
-        frame["d"] = dest
+        frame.destination = dest
         conn = self._forward(session, frame, resent=False)
         if conn is not None and conn.write_buffer_size > HIGH_WATER:
             return conn.drain()
         return None
 
-    def _forward(self, session: Session, frame: dict[str, Any], *, resent: bool) -> Connection | None:
+    def _forward(self, session: Session, frame: Produce, *, resent: bool) -> Connection | None:
         """Send a checked PRODUCE to its partition's primary, stamped with the table's epoch (the
         connection it went on), or hold it while no primary is reachable, or refuse it."""
-        corr = frame.get("c")
-        partition = str(frame.get("p", ""))
+        corr = frame.c
+        partition = frame.partition
         a = self.source.partitions().get(partition)
         if a is not None and not a.writable:
             session.conn.reply_error(frame, ErrorCode.PARTITION_NOT_WRITABLE, f"{a.name} takes no writes")
@@ -595,7 +598,7 @@ class ConnectionManager:
                 return None
             session.conn.reply_error(frame, exc.code, exc.msg)
             return None
-        frame["e"] = route.epoch
+        frame.epoch = route.epoch
         try:
             fut = route.link.request(partition, frame)  # the link's correlation id replaces the client's
         except ConnectionClosed:  # the MM went away a moment ago: the producer resends
@@ -606,7 +609,7 @@ class ConnectionManager:
         return route.conn
 
     def _produced(
-        self, session: Session, corr: Any, frame: dict[str, Any], resent: bool, fut: asyncio.Future[Any]
+        self, session: Session, corr: Any, frame: Produce, resent: bool, fut: asyncio.Future[Any]
     ) -> None:
         exc = _failure(fut)
         if exc is not None and not resent and not session.conn.closed:
@@ -614,22 +617,22 @@ class ConnectionManager:
             if not isinstance(exc, RemoteError):
                 # the link lost, or the partition's primary moved off its MM, before the answer
                 # came: to the primary the table names now or once it names one;
-                frame["c"] = corr
+                frame.c = corr
                 self._forward(session, frame, resent=True)
                 return
             if exc.code in REDIRECTED:
                 # refused as not (or no longer) that MM's: to the primary of a newer epoch.
-                frame["c"] = corr
+                frame.c = corr
                 if self._redirect(session, frame):
                     return
         self._relay(session, corr, fut)
 
-    def _redirect(self, session: Session, frame: dict[str, Any]) -> bool:
+    def _redirect(self, session: Session, frame: Produce) -> bool:
         """Forward a produce refused by the primary of the epoch it went at to the primary of a
         newer one, now or once the table names it; False when it cannot be held."""
-        partition = str(frame.get("p", ""))
+        partition = frame.partition
         a = self.source.partitions().get(partition)
-        if a is None or a.epoch > _routed_epoch(frame):
+        if a is None or frame.epoch is None or a.epoch > frame.epoch:
             self._forward(session, frame, resent=True)
             return True
         return self.redirects.hold(partition, session, frame)
@@ -734,7 +737,7 @@ class ConnectionManager:
             await asyncio.gather(*futs, return_exceptions=True)
         session.conn.reply(frame, {"t": FrameType.OK})
 
-    def _ack_target(self, partition: str, epoch: Any) -> tuple[str | None, int]:
+    def _ack_target(self, partition: str, epoch: int | None) -> tuple[str | None, int]:
         """(MM, epoch) an ACK/NACK of a delivery made at ``epoch`` goes to: the MM that delivered
         at that epoch, though this CM's table may not name it yet (a new primary's first
         deliveries can come before the table does); else the primary in the table (a client
@@ -750,24 +753,24 @@ class ConnectionManager:
         seen = self._deliverers.get(partition)
         return (seen[1] if seen is not None and seen[0] == int(epoch) else None), int(epoch)
 
-    def _ack(self, session: Session, frame: dict[str, Any]) -> None:
+    def _ack(self, session: Session, frame: Ack) -> None:
         """ACK/NACK to the MM that delivered it; one with a correlation id gets the MM's answer
         relayed."""
-        corr = frame.get("c")
-        key = session.subs.get(int(frame["s"]))
-        target, epoch = self._ack_target(str(frame.get("p", "")), frame.get("e"))
+        corr = frame.c
+        key = session.subs.get(frame.subscription) if isinstance(frame.subscription, int) else None
+        target, epoch = self._ack_target(frame.partition, frame.epoch)
         route = self.routes.to(target, epoch)
         if key is None or route is None:
             if corr is not None:
                 session.conn.reply_error(frame, ErrorCode.STALE_DELIVERY, "no subscription or primary for it")
             return
-        frame["s"] = key
-        frame["e"] = epoch
+        frame.subscription = key
+        frame.epoch = epoch
         if corr is None:
             route.conn.send_nowait(frame)
             return
         try:
-            fut = route.link.request(str(frame.get("p", "")), frame)
+            fut = route.link.request(frame.partition, frame)
         except ConnectionClosed:
             session.conn.send_nowait(error_frame(ErrorCode.MM_UNAVAILABLE, "the primary went away", corr))
             return
@@ -853,11 +856,6 @@ class ConnectionManager:
             return
         for i, part in enumerate(parts):
             session.conn.reply(frame, {"t": FrameType.ADMIN_PART, "i": i, "of": len(parts), "data": part})
-
-
-def _routed_epoch(frame: dict[str, Any]) -> int:
-    epoch = frame.get("e")
-    return epoch if isinstance(epoch, int) else -1
 
 
 def _failure(fut: asyncio.Future[Any]) -> BaseException | None:

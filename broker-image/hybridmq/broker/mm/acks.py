@@ -13,37 +13,37 @@ redelivered, flagged, or was already acknowledged. Without ``c`` nothing is answ
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from hybridmq.api.frames import ErrorCode, FrameType
+from hybridmq.api.requests import Ack, Nack
 from hybridmq.protocol import Connection
 
 if TYPE_CHECKING:
     from hybridmq.broker.mm.context import MMContext
 
 
-def handle(mm: MMContext, conn: Connection, frame: dict[str, Any]) -> None:
-    nack = frame["t"] == FrameType.NACK
-    answer = frame.get("c") is not None
-    link = mm.subscriptions.get(conn, str(frame["s"]))
-    host = mm.hosted.get(str(frame.get("p", "")))
-    rd = frame.get("rd")
-    attempt = int(rd) + 1 if rd is not None else None
+def handle(mm: MMContext, conn: Connection, frame: Ack) -> None:
+    nack = isinstance(frame, Nack)
+    requeue = frame.requeue if isinstance(frame, Nack) else True
+    answer = frame.c is not None
+    link = mm.subscriptions.get(conn, str(frame.subscription))
+    host = mm.hosted.get(frame.partition)
+    attempt = frame.attempt + 1 if frame.attempt is not None else None
     try:
         first, last = _records(frame)
-    except (TypeError, ValueError) as exc:
+    except ValueError as exc:
         if answer:
             conn.reply_error(frame, ErrorCode.INVALID_REQUEST, f"bad {'NACK' if nack else 'ACK'}: {exc}")
         return
-    requeue = bool(frame.get("rq", True))
     if link is None or host is None:
-        why = f"no subscription {frame['s']!r} on {frame.get('p')!r} here"
-    elif int(frame.get("e", host.epoch)) < host.epoch:
+        why = f"no subscription {frame.subscription!r} on {frame.partition!r} here"
+    elif frame.epoch is not None and frame.epoch < host.epoch:
         # routed under an older epoch: the cursor moved on without it
-        why = f"epoch {frame.get('e')} < {host.epoch} of {host.name}"
+        why = f"epoch {frame.epoch} < {host.epoch} of {host.name}"
     elif host.ack(
         link,
-        int(frame["o"]),
+        frame.offset,
         nack,
         attempt,
         (conn, frame) if answer and not (nack and requeue) else None,
@@ -57,19 +57,17 @@ def handle(mm: MMContext, conn: Connection, frame: dict[str, Any]) -> None:
         return
     else:
         what = f" records {first}..{last} of" if first is not None else ""
-        why = f"{what} delivery {frame.get('p')}:{frame['o']} (attempt {attempt}) is not outstanding"
+        why = f"{what} delivery {frame.partition}:{frame.offset} (attempt {attempt}) is not outstanding"
     if answer:
         conn.reply_error(frame, ErrorCode.STALE_DELIVERY, why)
 
 
-def _records(frame: dict[str, Any]) -> tuple[int | None, int | None]:
-    """The ``[first, last]`` records an ACK/NACK names inside its delivery (None: all it has left)."""
-    a = frame.get("a")
-    if a is None:
+def _records(frame: Ack) -> tuple[int | None, int | None]:
+    """The ``[first, last]`` records an ACK/NACK names inside its delivery (None: all it has left);
+    the decoder checked it is two integers."""
+    if frame.records is None:
         return None, None
-    if not isinstance(a, list | tuple) or len(a) != 2 or not all(type(x) is int for x in a):
-        raise ValueError(f"'a' must be [first, last] offsets, not {a!r}")
-    first, last = a
-    if not int(frame["o"]) <= first <= last:
-        raise ValueError(f"records {first}..{last} are not inside the delivery at {frame['o']}")
+    first, last = frame.records
+    if not frame.offset <= first <= last:
+        raise ValueError(f"records {first}..{last} are not inside the delivery at {frame.offset}")
     return first, last

@@ -59,6 +59,7 @@ from hybridmq.api.frames import (
     error_frame,
     is_reserved,
 )
+from hybridmq.api.requests import Ack, Produce
 from hybridmq.broker.destinations.batch_payload import (
     check_records,
     pack_payload,
@@ -152,7 +153,7 @@ class PartitionHost:
         self.only_destination = only_destination
         self.retain_bytes = retain_bytes
         self.max_backlog = max_backlog
-        self._produce_q: deque[tuple[Any, dict[str, Any], float]] = deque()  # (conn, frame, arrived)
+        self._produce_q: deque[tuple[Any, Produce, float]] = deque()  # (conn, frame, arrived)
         self._produce_ready = asyncio.Event()
         self.gate = BacklogGate(max_backlog)
         self.gate_hold_s = gate_hold_s
@@ -162,8 +163,8 @@ class PartitionHost:
         self.retention_interval = 5.0
         # Acknowledgements waiting for the control committer to be answered (the deliveries
         # waiting for it are the engine's outbox).
-        self._ack_replies: list[tuple[Any, dict[str, Any]]] = []
-        self._committing: list[tuple[Any, dict[str, Any]]] = []  # replies of the round in progress
+        self._ack_replies: list[tuple[Any, Ack]] = []
+        self._committing: list[tuple[Any, Ack]] = []  # replies of the round in progress
         self._control_ready = asyncio.Event()
         self._end_at_last_check = 0  # the log end the space checker saw last round
         self.producers = AttachedProducers()
@@ -243,10 +244,10 @@ class PartitionHost:
         queued = list(self._produce_q)
         self._produce_q.clear()
         for conn, frame, _ in queued:
-            send(conn, error_frame(code, why, frame.get("c")))
+            send(conn, error_frame(code, why, frame.c))
 
     # -- produce ---------------------------------------------------------------------------------
-    def enqueue_produce(self, conn: Any, frame: dict[str, Any]) -> None:
+    def enqueue_produce(self, conn: Any, frame: Produce) -> None:
         self._produce_q.append((conn, frame, time.monotonic()))
         self._produce_ready.set()
 
@@ -292,7 +293,7 @@ class PartitionHost:
         expiry: int = 0,
         extra: dict[str, Any] | None = None,
         *,
-        request: dict[str, Any] | None = None,
+        request: Produce | None = None,
     ) -> tuple[int, int, bool]:
         """Every data batch this host writes, through ``PartitionPrimary.append``; ``(base, last,
         duplicate)``.
@@ -302,12 +303,13 @@ class PartitionHost:
         writes; the broker's own batches pass the fencing alone: like cursors, they only need the
         in-sync replicas, and a draining partition still moves records to ``_DMQ``."""
         producer_id = base_sequence = -1
+        producer_epoch = 0
         epoch: int | None = None
         if request is not None:
-            pid = request.get("pid")
-            producer_id = int(pid) if pid is not None else -1
-            base_sequence = int(request.get("seq", -1))
-            epoch = int(request.get("e", self.epoch))
+            producer_id = request.pid if request.pid is not None else -1
+            producer_epoch = request.producer_epoch
+            base_sequence = request.sequence
+            epoch = request.epoch if request.epoch is not None else self.epoch
             if not self.writable:
                 self.leader.check_append(epoch, producer_id, base_sequence)  # its refusal first
                 raise _NotWritable(f"{self.name} takes no writes")
@@ -319,7 +321,7 @@ class PartitionHost:
                 count,
                 epoch=epoch,
                 producer_id=producer_id,
-                producer_epoch=int((request or {}).get("pep", 0)),
+                producer_epoch=producer_epoch,
                 base_sequence=base_sequence,
                 timestamp=now,
             )
@@ -408,7 +410,7 @@ class PartitionHost:
         why = f"{self.name}: backlog over {self.max_backlog} records for {self.gate_hold_s:g}s: not stored"
         while queue and queue[0][2] <= arrived_before:
             conn, frame, _ = queue.popleft()
-            send(conn, error_frame(ErrorCode.BACKLOG_FULL, why, frame.get("c")))
+            send(conn, error_frame(ErrorCode.BACKLOG_FULL, why, frame.c))
 
     async def commit(self, end: int, *, min_in_sync: bool = True) -> None:
         """Return once every record below ``end`` is flushed and covered by the high watermark
@@ -431,24 +433,19 @@ class PartitionHost:
             raise CommitError(ErrorCode.MM_UNAVAILABLE, f"not replicated: {exc!r}") from None
         await self._lease_settled()  # the lease must still hold when the acknowledgements go out
 
-    def _append_one(self, frame: dict[str, Any]) -> dict[str, Any]:
-        corr = frame.get("c")
-        if self.only_destination is not None and frame.get("d") != self.only_destination:
+    def _append_one(self, frame: Produce) -> dict[str, Any]:
+        corr = frame.c
+        if self.only_destination is not None and frame.destination != self.only_destination:
             return error_frame(
                 ErrorCode.INVALID_REQUEST, f"{self.name} only takes {self.only_destination}", corr
             )
+        dest, count, blob, flags = frame.destination, frame.count, frame.records, frame.flags
         try:
-            dest = str(frame["d"])
-            count = int(frame["n"])
-            blob = frame["b"]
-            if count < 1 or not isinstance(blob, bytes):
-                raise ValueError("bad count or blob")
-            flags = int(frame.get("f", 0))
+            if count < 1:
+                raise ValueError(f"bad count {count}")
             if dest.startswith("queue:") and not flags & BatchFlag.CHUNK:
                 check_records(blob, count)  # a queue hands its records out one by one
-            base, last, dup = self._append(
-                dest, count, blob, flags, int(frame.get("x", 0)), frame.get("xa"), request=frame
-            )
+            base, last, dup = self._append(dest, count, blob, flags, frame.expiry, frame.extra, request=frame)
         except _NotWritable as exc:
             return error_frame(ErrorCode.PARTITION_NOT_WRITABLE, str(exc), corr)
         except (KeyError, ValueError, TypeError) as exc:
@@ -458,9 +455,8 @@ class PartitionHost:
             if code is None:
                 return error_frame(ErrorCode.INTERNAL, f"log error: {exc}", corr)
             return error_frame(code, f"{self.name}: {exc}", corr)
-        pid = frame.get("pid")
-        if pid is not None:
-            self.producers.seen([int(pid)])
+        if frame.pid is not None:
+            self.producers.seen([frame.pid])
         if dup:
             return {"t": FrameType.PRODUCE_ACK, "r": corr, "p": self.name, "o": base, "l": last, "dup": True}
         self.appended_records += count
@@ -483,7 +479,7 @@ class PartitionHost:
         start: int,
         nack: bool = False,
         attempt: int | None = None,
-        reply: tuple[Any, dict[str, Any]] | None = None,
+        reply: tuple[Any, Ack] | None = None,
         first: int | None = None,
         last: int | None = None,
         requeue: bool = True,
@@ -595,9 +591,7 @@ class PartitionHost:
             # failed round): never sent, so it does not count either.
             self.delivery.withdraw([o for o in outbox if not outstanding(*o)])
             deliveries = [(link.conn, f) for state, link, f in outbox if outstanding(state, link, f)]
-            for conn, frame in deliveries + [
-                (conn, {"t": FrameType.OK, "r": f.get("c")}) for conn, f in replies
-            ]:
+            for conn, frame in deliveries + [(conn, {"t": FrameType.OK, "r": f.c}) for conn, f in replies]:
                 send(conn, frame)
             self._wake()
 
@@ -632,9 +626,9 @@ class PartitionHost:
                     self._produce_ready.set()
 
 
-def _refuse(replies: list[tuple[Any, dict[str, Any]]], code: ErrorCode, why: str) -> None:
+def _refuse(replies: list[tuple[Any, Ack]], code: ErrorCode, why: str) -> None:
     for conn, frame in replies:
-        send(conn, error_frame(code, why, frame.get("c")))
+        send(conn, error_frame(code, why, frame.c))
 
 
 def _not_acknowledged(

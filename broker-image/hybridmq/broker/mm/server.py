@@ -21,10 +21,11 @@ from typing import Any
 
 from hybridmq.api.assignment import BrokerRole
 from hybridmq.api.frames import LOG_DESTINATION, PROTOCOL_VERSION, ErrorCode, FrameType, error_frame
+from hybridmq.api.requests import Produce
 from hybridmq.broker.assignment_source import AssignmentSource
 from hybridmq.broker.auth import cluster_secret
 from hybridmq.broker.destinations.delivery import ConsumerLink
-from hybridmq.broker.dispatch import Dispatcher, Entry, Mode
+from hybridmq.broker.dispatch import REQUESTS, Dispatcher, Entry, Mode
 from hybridmq.broker.log_events import LogEventBuffer
 from hybridmq.broker.mm import acks, fetch_handler, reader_commit
 from hybridmq.broker.mm.config import MMConfig
@@ -205,7 +206,9 @@ class MessageManager:
 
     # -- connections -----------------------------------------------------------------------------
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        conn = Connection(reader, writer, self.config.max_frame, name=f"mm:{self.config.name}")
+        conn = Connection(
+            reader, writer, self.config.max_frame, name=f"mm:{self.config.name}", decoder=REQUESTS
+        )
         try:
             async with asyncio.timeout(10):
                 hello = await read_frame(reader, self.config.max_frame)
@@ -250,12 +253,12 @@ class MessageManager:
             return ErrorCode.AUTH_FAILED, "peer authentication failed: wrong or missing cluster secret"
         return None
 
-    def _taking_over(self, name: str, host: PartitionHost | None, frame: dict[str, Any]) -> bool:
+    def _taking_over(self, name: str, host: PartitionHost | None, frame: Produce) -> bool:
         """A produce routed (epoch ``e``) to this MM before it serves ``name`` at that epoch, while
         its table names it primary at ``e`` (the promotion is under way) or does not know ``e``
         yet (the table is on the way): held until the promotion is done (``HeldRequests``)."""
-        epoch = frame.get("e")
-        if not isinstance(epoch, int) or (host is not None and host.epoch >= epoch):
+        epoch = frame.epoch
+        if epoch is None or (host is not None and host.epoch >= epoch):
             return False
         a = self.source.partitions().get(name)
         if a is None:
@@ -291,8 +294,8 @@ class MessageManager:
             table[t] = Entry(self.replica_manager.handle, inline)
         return table
 
-    def _produce(self, conn: Connection, frame: dict[str, Any]) -> None:
-        name = str(frame.get("p", ""))
+    def _produce(self, conn: Connection, frame: Produce) -> None:
+        name = frame.partition
         host = self.hosted.get(name)
         if self._taking_over(name, host, frame) and self.promotion_waits.hold(name, conn, frame):
             return

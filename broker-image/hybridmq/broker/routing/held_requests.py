@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any, Generic, Protocol, TypeVar
 
 from hybridmq.api.frames import ErrorCode
+from hybridmq.api.requests import Produce
 
 MAX_WAIT_S = 5.0
 MAX_HELD = 10_000
@@ -35,7 +36,7 @@ class Requester(Protocol):
     @property
     def closed(self) -> bool: ...
 
-    def reply_error(self, request: dict[str, Any], code: ErrorCode, msg: str) -> None: ...
+    def reply_error(self, request: Any, code: ErrorCode, msg: str) -> None: ...
 
 
 R = TypeVar("R", bound=Requester)
@@ -53,7 +54,7 @@ class HeldRequests(Generic[R]):
         self.max_wait_s = max_wait_s
         self.max_held = max_held
         self.max_bytes = max_bytes
-        self._held: dict[str, list[tuple[R, dict[str, Any]]]] = {}
+        self._held: dict[str, list[tuple[R, Produce]]] = {}
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._count = 0
         self._bytes = 0
@@ -63,9 +64,9 @@ class HeldRequests(Generic[R]):
     def __len__(self) -> int:
         return self._count
 
-    def hold(self, partition: str, conn: R, frame: dict[str, Any]) -> bool:
+    def hold(self, partition: str, conn: R, frame: Produce) -> bool:
         """Hold ``frame`` until ``partition`` is served here; False (not held) when full."""
-        size = _size(frame)
+        size = len(frame.records)
         if self._count >= self.max_held or self._bytes + size > self.max_bytes:
             return False
         waiting = self._held.setdefault(partition, [])
@@ -80,7 +81,7 @@ class HeldRequests(Generic[R]):
         return True
 
     def release(
-        self, partition: str, serve: Callable[[R, dict[str, Any]], object], through_epoch: int | None = None
+        self, partition: str, serve: Callable[[R, Produce], object], through_epoch: int | None = None
     ) -> int:
         """The partition is served here now: hand each held request to ``serve``, in arrival order;
         with ``through_epoch``, only those routed at that epoch or before (the table names a newer
@@ -113,7 +114,7 @@ class HeldRequests(Generic[R]):
         for partition in list(self._held):
             self.refuse(partition, why)
 
-    def _take(self, partition: str, through_epoch: int | None = None) -> list[tuple[R, dict[str, Any]]]:
+    def _take(self, partition: str, through_epoch: int | None = None) -> list[tuple[R, Produce]]:
         if partition not in self._held:
             return []
         waiting = self._held.pop(partition)
@@ -129,15 +130,9 @@ class HeldRequests(Generic[R]):
             if timer is not None:
                 timer.cancel()
         self._count -= len(taken)
-        self._bytes -= sum(_size(h[1]) for h in taken)
+        self._bytes -= sum(len(h[1].records) for h in taken)
         return taken
 
 
-def _size(frame: dict[str, Any]) -> int:
-    blob = frame.get("b")
-    return len(blob) if isinstance(blob, bytes) else 0
-
-
-def _epoch(frame: dict[str, Any]) -> int:
-    epoch = frame.get("e")
-    return epoch if isinstance(epoch, int) else -1
+def _epoch(frame: Produce) -> int:
+    return -1 if frame.epoch is None else frame.epoch

@@ -1,0 +1,70 @@
+"""Typed request frames: the data path's requests as msgspec Structs, decoded and validated in one
+step at the connection they arrive on (``hybridmq.protocol.codec.FrameDecoder``).
+
+Each Struct is one frame type, tagged by the wire's ``t``; its fields have names that say what they
+are, each bound to the short wire key (``hybridmq.api.frames`` documents the keys). A key keeps
+its meaning within a frame type, and in code one name means one thing: a PRODUCE's ``e`` is
+``Produce.epoch``, a FETCH's ``e`` would be an end offset, never the same attribute. The wire itself
+is unchanged (a broker of this version and one of the version before understand each other during
+a roll). Fields a sender leaves at their defaults are not sent (``omit_defaults``).
+
+The same Struct serves both hops: a client's PRODUCE to a CM and the CM's PRODUCE to the MM (the
+CM stamps ``epoch``); a client's ACK names its own subscription id (an int), the CM's the CM-wide
+key (a str). A frame whose fields are missing or of the wrong type is not handed to any handler:
+the server answers ``INVALID_REQUEST`` naming the field (``"Expected `int`, got `str` - at `$.n`"``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import msgspec
+
+from hybridmq.api.frames import FrameType
+
+
+class Request(msgspec.Struct, tag_field="t", omit_defaults=True, kw_only=True):
+    """A typed request. ``c``: the correlation id the answer carries (none: no answer wanted)."""
+
+    TYPE: ClassVar[FrameType]
+    c: int | None = None
+
+
+class Produce(Request, tag=int(FrameType.PRODUCE)):
+    """A batch of records for one partition: client -> CM, and CM -> the partition's primary MM."""
+
+    TYPE: ClassVar[FrameType] = FrameType.PRODUCE
+    partition: str = msgspec.field(name="p")
+    destination: str = msgspec.field(name="d")
+    count: int = msgspec.field(name="n")
+    records: bytes = msgspec.field(name="b")  # the producer's opaque blob of ``count`` records
+    flags: int = msgspec.field(name="f", default=0)  # ``BatchFlag``
+    expiry: int = msgspec.field(name="x", default=0)  # ms since the epoch, 0 = never
+    extra: dict[str, Any] | None = msgspec.field(name="xa", default=None)  # chunk info, DMQ origin
+    pid: int | None = None  # idempotence: producer id, producer epoch, base sequence
+    producer_epoch: int = msgspec.field(name="pep", default=0)
+    sequence: int = msgspec.field(name="seq", default=-1)
+    epoch: int | None = msgspec.field(name="e", default=None)  # the partition's, stamped by the CM
+
+
+class Ack(Request, tag=int(FrameType.ACK)):
+    """Records of one delivery acknowledged: client -> CM -> the MM that delivered them."""
+
+    TYPE: ClassVar[FrameType] = FrameType.ACK
+    subscription: int | str = msgspec.field(name="s")  # the client's id; the CM-wide key to an MM
+    offset: int = msgspec.field(name="o")  # the delivery's first offset: which delivery
+    partition: str = msgspec.field(name="p", default="")
+    records: tuple[int, int] | None = msgspec.field(name="a", default=None)  # [first, last]; None: all
+    attempt: int | None = msgspec.field(name="rd", default=None)  # the delivery's ``rd``
+    epoch: int | None = msgspec.field(name="e", default=None)  # the partition epoch it came at
+
+
+class Nack(Ack, tag=int(FrameType.NACK)):
+    """Records of one delivery given back (``requeue``) or rejected to ``queue:_DMQ``."""
+
+    TYPE: ClassVar[FrameType] = FrameType.NACK
+    requeue: bool = msgspec.field(name="rq", default=True)
+
+
+# The typed requests a broker's connection decodes (clients' to a CM, CMs' to an MM).
+DATA_REQUESTS: tuple[type[Request], ...] = (Produce, Ack, Nack)
