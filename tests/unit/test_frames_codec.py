@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hybridmq.api.frames import ErrorCode, FrameType, canonical, is_reserved, split_kind
-from hybridmq.api.requests import DATA_REQUESTS, Nack, Produce, Request
+from hybridmq.api.requests import DATA_REQUESTS, Fetch, Nack, Produce, Request
 from hybridmq.protocol import ProtocolError, decode_body, encode_frame, read_frame
 from hybridmq.protocol.codec import FrameDecoder, InvalidFrame, encode_body
 
@@ -111,6 +111,9 @@ def test_a_typed_request_decodes_into_its_struct_with_named_fields() -> None:
     assert msgpack.unpackb(encode_body(frame)) == wire | {"pid": 5, "seq": 11}
     nack = TYPED.decode(msgpack.packb({"t": int(FrameType.NACK), "s": "k", "o": 3, "a": [3, 4], "rq": False}))
     assert isinstance(nack, Nack) and (nack.records, nack.requeue, nack.c) == ((3, 4), False, None)
+    # The same key, another frame type, another meaning: a FETCH's ``e`` is where the read ends.
+    fetch = TYPED.decode(msgpack.packb({"t": int(FrameType.FETCH), "c": 2, "p": "f-0", "o": 7, "e": 9}))
+    assert isinstance(fetch, Fetch) and (fetch.offset, fetch.end, fetch.partition_epoch) == (7, 9, None)
 
 
 @pytest.mark.parametrize(

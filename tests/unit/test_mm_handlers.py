@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 import pytest
+from host_wire import decoded
 
 from hybridmq.api.frames import ErrorCode, FrameType
 from hybridmq.broker.destinations.delivery import ConsumerLink
@@ -222,5 +223,5 @@ def test_a_fetch_routed_with_a_newer_epoch_or_to_another_mm_is_not_primary() -> 
     mm = FakeMM()
     mm.host("p0", epoch=4)
     for frame in ({"p": "p0", "pe": 5, "o": 0}, {"p": "p3", "o": 0}):
-        reply = fetch_handler.fetch(ctx(mm), {"t": FrameType.FETCH, "c": 1, **frame})
+        reply = fetch_handler.fetch(ctx(mm), decoded({"t": FrameType.FETCH, "c": 1, **frame}))
         assert code_of(reply) == ErrorCode.NOT_PRIMARY and reply["r"] == 1

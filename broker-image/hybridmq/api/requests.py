@@ -4,9 +4,10 @@ step at the connection they arrive on (``hybridmq.protocol.codec.FrameDecoder``)
 Each Struct is one frame type, tagged by the wire's ``t``; its fields have names that say what they
 are, each bound to the short wire key (``hybridmq.api.frames`` documents the keys). A key keeps
 its meaning within a frame type, and in code one name means one thing: a PRODUCE's ``e`` is
-``Produce.epoch``, a FETCH's ``e`` would be an end offset, never the same attribute. The wire itself
+``Produce.epoch``, a FETCH's ``e`` is ``Fetch.end``, never the same attribute. The wire itself
 is unchanged (a broker of this version and one of the version before understand each other during
-a roll). Fields a sender leaves at their defaults are not sent (``omit_defaults``).
+a roll): ``e`` is a partition epoch in PRODUCE, ACK and NACK and an end offset in FETCH. Fields a
+sender leaves at their defaults are not sent (``omit_defaults``).
 
 The same Struct serves both hops: a client's PRODUCE to a CM and the CM's PRODUCE to the MM (the
 CM stamps ``epoch``); a client's ACK names its own subscription id (an int), the CM's the CM-wide
@@ -66,5 +67,17 @@ class Nack(Ack, tag=int(FrameType.NACK)):
     requeue: bool = msgspec.field(name="rq", default=True)
 
 
+class Fetch(Request, tag=int(FrameType.FETCH)):
+    """A partition's log read by offset: client -> CM -> the partition's primary MM."""
+
+    TYPE: ClassVar[FrameType] = FrameType.FETCH
+    partition: str = msgspec.field(name="p")
+    offset: int = msgspec.field(name="o")
+    end: int | None = msgspec.field(name="e", default=None)  # exclusive; capped at the high watermark
+    max_bytes: int | None = msgspec.field(name="mb", default=None)
+    internal: bool = msgspec.field(name="i", default=False)  # the ``_`` destinations too (client -> CM)
+    partition_epoch: int | None = msgspec.field(name="pe", default=None)  # stamped by the CM
+
+
 # The typed requests a broker's connection decodes (clients' to a CM, CMs' to an MM).
-DATA_REQUESTS: tuple[type[Request], ...] = (Produce, Ack, Nack)
+DATA_REQUESTS: tuple[type[Request], ...] = (Produce, Ack, Nack, Fetch)

@@ -43,9 +43,11 @@ from hybridmq.api.frames import (
     error_frame,
     is_reserved,
 )
+from hybridmq.api.requests import Fetch
 from hybridmq.broker.log_events import log_partition, log_partition_owner
 from hybridmq.broker.routing import Unroutable
 from hybridmq.protocol import RemoteError
+from hybridmq.protocol.codec import Decoded
 
 if TYPE_CHECKING:
     from hybridmq.broker.cm.context import CMContext
@@ -57,13 +59,6 @@ MM_TIMEOUT_S = 30.0
 META_TIMEOUT_S = 10.0
 
 
-async def fetch(cm: CMContext, session: Session, frame: dict[str, Any]) -> None:
-    try:
-        await _fetch(cm, session, frame)
-    except (KeyError, ValueError, TypeError) as exc:
-        session.conn.reply_error(frame, ErrorCode.INVALID_REQUEST, f"bad fetch: {exc!r}")
-
-
 async def fetch_meta(cm: CMContext, session: Session, frame: dict[str, Any]) -> None:
     try:
         await _fetch_meta(cm, session, frame)
@@ -71,11 +66,12 @@ async def fetch_meta(cm: CMContext, session: Session, frame: dict[str, Any]) -> 
         session.conn.reply_error(frame, ErrorCode.INVALID_REQUEST, f"bad fetch_meta: {exc!r}")
 
 
-def _primary_link(cm: CMContext, session: Session, frame: dict[str, Any]) -> tuple[Any, int] | None:
-    """The link to partition ``p``'s primary MM and the partition epoch; None once answered with
-    the error (UNKNOWN_PARTITION, MM_UNAVAILABLE)."""
-    name = str(frame["p"])
-    owner = _internal_owner(cm, name) if frame.get("i") else None
+def _primary_link(
+    cm: CMContext, session: Session, frame: Decoded, name: str, internal: bool
+) -> tuple[Any, int] | None:
+    """The link to partition ``name``'s primary MM and the partition epoch; None once ``frame`` was
+    answered with the error (UNKNOWN_PARTITION, MM_UNAVAILABLE)."""
+    owner = _internal_owner(cm, name) if internal else None
     try:
         route = cm.routes.primary(name, internal_owner=owner)
     except Unroutable as exc:
@@ -88,7 +84,7 @@ async def reader_commit(cm: CMContext, session: Session, frame: dict[str, Any]) 
     if not isinstance(frame.get("p"), str):
         session.conn.reply_error(frame, ErrorCode.INVALID_REQUEST, "bad reader commit: p must be a string")
         return
-    route = _primary_link(cm, session, frame)
+    route = _primary_link(cm, session, frame, frame["p"], bool(frame.get("i")))
     if route is None:
         return
     conn, epoch = route
@@ -106,21 +102,19 @@ async def reader_commit(cm: CMContext, session: Session, frame: dict[str, Any]) 
     session.conn.reply(frame, reply)
 
 
-async def _fetch(cm: CMContext, session: Session, frame: dict[str, Any]) -> None:
-    name = str(frame["p"])
-    route = _primary_link(cm, session, frame)
+async def fetch(cm: CMContext, session: Session, frame: Fetch) -> None:
+    name = frame.partition
+    route = _primary_link(cm, session, frame, name, frame.internal)
     if route is None:
         return
     conn, epoch = route
-    request: dict[str, Any] = {"t": FrameType.FETCH, "p": name, "o": int(frame["o"]), "pe": epoch}
-    if frame.get("e") is not None:
-        request["e"] = int(frame["e"])
-    if frame.get("mb") is not None:
-        request["mb"] = int(frame["mb"])
+    request = Fetch(
+        partition=name, offset=frame.offset, end=frame.end, max_bytes=frame.max_bytes, partition_epoch=epoch
+    )
     try:
         reply = await conn.request(request, timeout=MM_TIMEOUT_S)
     except RemoteError as exc:
-        err = error_frame(ErrorCode(exc.code), exc.msg, frame.get("c"))
+        err = error_frame(ErrorCode(exc.code), exc.msg, frame.c)
         for key in ("start", "hw"):
             if key in exc.details:
                 err[key] = exc.details[key]
@@ -130,7 +124,7 @@ async def _fetch(cm: CMContext, session: Session, frame: dict[str, Any]) -> None
     except Exception as exc:  # the link went away or the MM did not answer in time
         session.conn.reply_error(frame, ErrorCode.MM_UNAVAILABLE, f"primary of {name}: {exc!r}")
         return
-    reply["batches"] = visible_batches(cm, session.user, reply.get("batches") or [], bool(frame.get("i")))
+    reply["batches"] = visible_batches(cm, session.user, reply.get("batches") or [], frame.internal)
     reply.pop("c", None)
     session.conn.reply(frame, reply)
     await session.conn.drain()

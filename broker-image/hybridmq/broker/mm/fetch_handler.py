@@ -31,6 +31,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from hybridmq.api.frames import ErrorCode, FrameType, error_frame
+from hybridmq.api.requests import Fetch
 from hybridmq.broker.destinations.batch_payload import unpack_payload
 from hybridmq.broker.log.batch import HEADER_SIZE, iter_batches
 from hybridmq.broker.log.errors import LogError
@@ -74,56 +75,56 @@ def producer_states(host: PartitionHost, pids: list[Any]) -> dict[str, list[Any]
     return out
 
 
-def handle(mm: MMContext, conn: Connection, frame: dict[str, Any]) -> None:
-    """Answer a FETCH or FETCH_META frame from a CM."""
-    if frame["t"] == FrameType.FETCH_META:
-        names = frame.get("p")
-        wanted = None if names is None else {str(n) for n in names}
-        pids = frame.get("pids")
-        partitions: dict[str, dict[str, Any]] = {}
-        for name, host in mm.hosted.items():
-            if host.serving and (wanted is None or name in wanted):
-                partitions[name] = meta = dict[str, Any](partition_meta(host))
-                inc = mm.replica_manager.incarnation(name)
-                if inc is not None:
-                    meta["inc"] = inc
-                if pids:
-                    meta["producers"] = producer_states(host, list(pids))
-                    # A moving producer asks before resending elsewhere: once answered, it is gone.
-                    host.producers.detached(int(pid) for pid in pids)
-        conn.reply(frame, {"t": FrameType.OK, "node": mm.config.name, "partitions": partitions})
-        return
+def handle_meta(mm: MMContext, conn: Connection, frame: dict[str, Any]) -> None:
+    """Answer a FETCH_META frame from a CM."""
+    names = frame.get("p")
+    wanted = None if names is None else {str(n) for n in names}
+    pids = frame.get("pids")
+    partitions: dict[str, dict[str, Any]] = {}
+    for name, host in mm.hosted.items():
+        if host.serving and (wanted is None or name in wanted):
+            partitions[name] = meta = dict[str, Any](partition_meta(host))
+            inc = mm.replica_manager.incarnation(name)
+            if inc is not None:
+                meta["inc"] = inc
+            if pids:
+                meta["producers"] = producer_states(host, list(pids))
+                # A moving producer asks before resending elsewhere: once answered, it is gone.
+                host.producers.detached(int(pid) for pid in pids)
+    conn.reply(frame, {"t": FrameType.OK, "node": mm.config.name, "partitions": partitions})
+
+
+def handle_fetch(mm: MMContext, conn: Connection, frame: Fetch) -> None:
+    """Answer a FETCH frame from a CM."""
     reply = fetch(mm, frame)
     if not conn.closed:
         conn.send_nowait(reply)
 
 
-def primary_host(mm: MMContext, name: str, frame: dict[str, Any]) -> PartitionHost | dict[str, Any]:
-    """The host of ``name`` if this MM is its primary at the epoch the CM routed with (``pe``);
-    else the NOT_PRIMARY error frame to answer."""
-    epoch = frame.get("pe")
+def primary_host(mm: MMContext, name: str, epoch: int | None, corr: Any) -> PartitionHost | dict[str, Any]:
+    """The host of ``name`` if this MM is its primary at ``epoch``, the one the CM routed with
+    (None: any); else the NOT_PRIMARY error frame to answer ``corr`` with."""
     try:
-        return mm.hosted.primary(name, None if epoch is None else int(epoch))
+        return mm.hosted.primary(name, epoch)
     except NotPrimaryHere as exc:
-        return error_frame(ErrorCode.NOT_PRIMARY, str(exc), frame.get("c"))
+        return error_frame(ErrorCode.NOT_PRIMARY, str(exc), corr)
 
 
-def fetch(mm: MMContext, frame: dict[str, Any]) -> dict[str, Any]:
-    corr = frame.get("c")
-    name = str(frame["p"])
-    host = primary_host(mm, name, frame)
+def fetch(mm: MMContext, frame: Fetch) -> dict[str, Any]:
+    corr = frame.c
+    name = frame.partition
+    host = primary_host(mm, name, frame.partition_epoch, corr)
     if isinstance(host, dict):
         return host
-    offset = int(frame["o"])
+    offset = frame.offset
     start = host.storage.start_offset
     hw = host.storage.high_watermark
     if offset < start:
         err = error_frame(ErrorCode.OFFSET_OUT_OF_RANGE, f"{name}: offset {offset} < log start {start}", corr)
         err.update(start=start, hw=hw)
         return err
-    end = frame.get("e")
-    limit = hw if end is None else min(int(end), hw)
-    budget = min(int(frame.get("mb") or DEFAULT_FETCH_BYTES), max(mm.config.max_frame - FRAME_MARGIN, 1))
+    limit = hw if frame.end is None else min(frame.end, hw)
+    budget = min(frame.max_bytes or DEFAULT_FETCH_BYTES, max(mm.config.max_frame - FRAME_MARGIN, 1))
     try:
         batches = read_batches(host, offset, limit, budget)
     except LogError as exc:

@@ -52,7 +52,8 @@ async def commit(mm: MMContext, frame: dict[str, Any]) -> dict[str, Any]:
         name, reader, offset = parse(frame)
     except ValueError as exc:
         return error_frame(ErrorCode.INVALID_REQUEST, f"bad reader commit: {exc}", corr)
-    host = primary_host(mm, name, frame)
+    epoch = frame.get("pe")
+    host = primary_host(mm, name, epoch if isinstance(epoch, int) else None, corr)
     if isinstance(host, dict):
         return host
     end = host.storage.end_offset

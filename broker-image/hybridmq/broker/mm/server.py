@@ -282,8 +282,8 @@ class MessageManager:
             FrameType.SUBSCRIBE: Entry(self._subscribe, inline),
             FrameType.UNSUBSCRIBE: Entry(self._unsubscribe, inline),
             FrameType.PING: Entry(self._ping, inline),
-            FrameType.FETCH: Entry(partial(fetch_handler.handle, self), inline),  # read by offset
-            FrameType.FETCH_META: Entry(partial(fetch_handler.handle, self), inline),
+            FrameType.FETCH: Entry(partial(fetch_handler.handle_fetch, self), inline),  # read by offset
+            FrameType.FETCH_META: Entry(partial(fetch_handler.handle_meta, self), inline),
             FrameType.ADMIN: Entry(self._admin, inline),
             # These wait for replication: the link keeps reading produces meanwhile.
             FrameType.READER_COMMIT: Entry(partial(reader_commit.handle, self), spawned),
