@@ -7,6 +7,7 @@ from typing import Any
 
 from hybridmq.api.frames import ErrorCode
 from hybridmq.protocol import Connection
+from hybridmq.protocol.codec import Decoded
 
 
 @dataclass(eq=False)
@@ -24,7 +25,7 @@ class Session:
     def closed(self) -> bool:
         return self.conn.closed
 
-    def reply_error(self, request: dict[str, Any], code: ErrorCode, msg: str) -> None:
+    def reply_error(self, request: Decoded, code: ErrorCode, msg: str) -> None:
         self.conn.reply_error(request, code, msg)
 
 
