@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, cast
 
 import pytest
@@ -13,6 +14,7 @@ from host_wire import decoded
 
 from hybridmq.api.frames import ErrorCode, FrameType
 from hybridmq.broker.destinations.delivery import ConsumerLink
+from hybridmq.broker.dispatch import Dispatcher, Entry, Mode
 from hybridmq.broker.log.control import ControlRecord, ReaderCursor
 from hybridmq.broker.mm import fetch_handler, reader_commit
 from hybridmq.broker.mm.commit_error import CommitError
@@ -20,6 +22,7 @@ from hybridmq.broker.mm.context import MMContext
 from hybridmq.broker.mm.hosted import HostedPartitions, NotPrimaryHere, Subscriptions
 from hybridmq.broker.mm.partition import PartitionHost
 from hybridmq.broker.transactions import mm_handler
+from hybridmq.protocol.connection import correlation
 
 
 @dataclass
@@ -67,11 +70,11 @@ class FakeConn:
     def send_nowait(self, frame: dict[str, Any]) -> None:
         self.sent.append(frame)
 
-    def reply(self, frame: dict[str, Any], answer: dict[str, Any]) -> None:
-        self.sent.append(dict(answer, r=frame.get("c")))
+    def reply(self, frame: Any, answer: dict[str, Any]) -> None:
+        self.sent.append(dict(answer, r=correlation(frame)))
 
-    def reply_error(self, frame: dict[str, Any], code: ErrorCode, msg: str) -> None:
-        self.sent.append({"t": FrameType.ERROR, "r": frame.get("c"), "code": int(code), "msg": msg})
+    def reply_error(self, frame: Any, code: ErrorCode, msg: str) -> None:
+        self.sent.append({"t": FrameType.ERROR, "r": correlation(frame), "code": int(code), "msg": msg})
 
 
 @dataclass
@@ -142,10 +145,16 @@ def test_a_closed_connection_drops_its_own_subscriptions_only() -> None:
 
 
 def commit(mm: FakeMM, **frame: Any) -> dict[str, Any]:
+    """A READER_COMMIT from a CM, as the MM's connection decodes and dispatches it."""
     conn = FakeConn()
-    asyncio.run(
-        reader_commit.handle(ctx(mm), cast(Any, conn), {"t": FrameType.READER_COMMIT, "c": 9, **frame})
-    )
+    entry = Entry(partial(reader_commit.handle, ctx(mm)), Mode.SPAWNED)
+    dispatch = Dispatcher({FrameType.READER_COMMIT: entry}, lambda c: c)
+
+    async def go() -> None:
+        dispatch(conn, decoded({"t": FrameType.READER_COMMIT, "c": 9, **frame}))
+        await asyncio.gather(*dispatch.tasks)
+
+    asyncio.run(go())
     assert len(conn.sent) == 1
     return conn.sent[0]
 
@@ -172,12 +181,16 @@ def test_reader_commits_are_refused_with_the_reason() -> None:
     assert code_of(commit(mm, p="p0", rn="spark", o=51)) == ErrorCode.OFFSET_OUT_OF_RANGE  # past the end
     assert code_of(commit(mm, p="p0", pe=5, rn="spark", o=1)) == ErrorCode.NOT_PRIMARY  # newer epoch
     assert code_of(commit(mm, p="p7", rn="spark", o=1)) == ErrorCode.NOT_PRIMARY  # not hosted
-    for bad in (
-        {"p": "p0", "rn": "", "o": 1},
-        {"p": "p0", "rn": "r", "o": -1},
-        {"p": "p0", "rn": "r", "o": True},
+    for bad, field_ in (
+        ({"p": "p0", "rn": "", "o": 1}, "$.rn"),
+        ({"p": "p0", "rn": "r" * 257, "o": 1}, "$.rn"),
+        ({"p": "p0", "rn": "r", "o": -1}, "$.o"),
+        ({"p": "p0", "rn": "r", "o": True}, "$.o"),
+        ({"p": "", "rn": "r", "o": 1}, "$.p"),
+        ({"rn": "r", "o": 1}, "`p`"),
     ):
-        assert code_of(commit(mm, **bad)) == ErrorCode.INVALID_REQUEST
+        reply = commit(mm, **bad)
+        assert code_of(reply) == ErrorCode.INVALID_REQUEST and field_ in reply["msg"], reply
     assert host.appended == [] and host.readers == {}
 
 

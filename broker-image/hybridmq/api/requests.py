@@ -17,11 +17,13 @@ the server answers ``INVALID_REQUEST`` naming the field (``"Expected `int`, got 
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
 import msgspec
 
 from hybridmq.api.frames import FrameType
+
+MAX_READER_NAME = 256
 
 
 class Request(msgspec.Struct, tag_field="t", omit_defaults=True, kw_only=True):
@@ -79,5 +81,16 @@ class Fetch(Request, tag=int(FrameType.FETCH)):
     partition_epoch: int | None = msgspec.field(name="pe", default=None)  # stamped by the CM
 
 
+class ReaderCommit(Request, tag=int(FrameType.READER_COMMIT)):
+    """How far a named reader (a stream reading by offset) has processed a partition: client -> CM
+    -> the partition's primary MM, stored as a control record in its log."""
+
+    TYPE: ClassVar[FrameType] = FrameType.READER_COMMIT
+    partition: Annotated[str, msgspec.Meta(min_length=1)] = msgspec.field(name="p")
+    reader: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_READER_NAME)] = msgspec.field(name="rn")
+    offset: Annotated[int, msgspec.Meta(ge=0)] = msgspec.field(name="o")  # the next one it reads
+    partition_epoch: int | None = msgspec.field(name="pe", default=None)  # stamped by the CM
+
+
 # The typed requests a broker's connection decodes (clients' to a CM, CMs' to an MM).
-DATA_REQUESTS: tuple[type[Request], ...] = (Produce, Ack, Nack, Fetch)
+DATA_REQUESTS: tuple[type[Request], ...] = (Produce, Ack, Nack, Fetch, ReaderCommit)

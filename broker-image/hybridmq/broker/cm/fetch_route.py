@@ -35,6 +35,8 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from hybridmq.api.frames import (
     DMQ_DESTINATION,
     LOG_DESTINATION,
@@ -43,7 +45,7 @@ from hybridmq.api.frames import (
     error_frame,
     is_reserved,
 )
-from hybridmq.api.requests import Fetch
+from hybridmq.api.requests import Fetch, ReaderCommit
 from hybridmq.broker.log_events import log_partition, log_partition_owner
 from hybridmq.broker.routing import Unroutable
 from hybridmq.protocol import RemoteError
@@ -80,23 +82,20 @@ def _primary_link(
     return route.conn, route.epoch
 
 
-async def reader_commit(cm: CMContext, session: Session, frame: dict[str, Any]) -> None:
-    if not isinstance(frame.get("p"), str):
-        session.conn.reply_error(frame, ErrorCode.INVALID_REQUEST, "bad reader commit: p must be a string")
-        return
-    route = _primary_link(cm, session, frame, frame["p"], bool(frame.get("i")))
+async def reader_commit(cm: CMContext, session: Session, frame: ReaderCommit) -> None:
+    route = _primary_link(cm, session, frame, frame.partition, False)
     if route is None:
         return
     conn, epoch = route
-    request = {"t": FrameType.READER_COMMIT, "p": frame["p"], "rn": frame.get("rn"), "o": frame.get("o")}
-    request["pe"] = epoch
+    frame.partition_epoch = epoch
+    request = msgspec.structs.replace(frame, c=None)  # the link numbers its own request
     try:
         reply = await conn.request(request, timeout=MM_TIMEOUT_S)
     except RemoteError as exc:
         session.conn.reply_error(frame, ErrorCode(exc.code), exc.msg)
         return
     except Exception as exc:  # the link went away or the MM did not answer in time
-        session.conn.reply_error(frame, ErrorCode.MM_UNAVAILABLE, f"primary of {frame['p']}: {exc!r}")
+        session.conn.reply_error(frame, ErrorCode.MM_UNAVAILABLE, f"primary of {frame.partition}: {exc!r}")
         return
     reply.pop("c", None)
     session.conn.reply(frame, reply)

@@ -14,6 +14,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from hybridmq.api.frames import ErrorCode, FrameType, error_frame
+from hybridmq.api.requests import ReaderCommit
 from hybridmq.broker.log.control import ReaderCursor
 from hybridmq.broker.log.errors import LogError
 from hybridmq.broker.mm.commit_error import CommitError
@@ -25,35 +26,18 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-MAX_READER_NAME = 256
 
-
-def parse(frame: dict[str, Any]) -> tuple[str, str, int]:
-    """``(partition, reader, offset)``; ValueError with the reason for a malformed request."""
-    name, reader, offset = frame.get("p"), frame.get("rn"), frame.get("o")
-    if not isinstance(name, str) or not name:
-        raise ValueError("p (partition) must be a non-empty string")
-    if not isinstance(reader, str) or not 1 <= len(reader) <= MAX_READER_NAME:
-        raise ValueError(f"rn (reader name) must be a string of 1..{MAX_READER_NAME} chars")
-    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-        raise ValueError("o (offset) must be an integer >= 0")
-    return name, reader, offset
-
-
-async def handle(mm: MMContext, conn: Connection, frame: dict[str, Any]) -> None:
+async def handle(mm: MMContext, conn: Connection, frame: ReaderCommit) -> None:
     reply = await commit(mm, frame)
     if not conn.closed:
         conn.send_nowait(reply)
 
 
-async def commit(mm: MMContext, frame: dict[str, Any]) -> dict[str, Any]:
-    corr = frame.get("c")
-    try:
-        name, reader, offset = parse(frame)
-    except ValueError as exc:
-        return error_frame(ErrorCode.INVALID_REQUEST, f"bad reader commit: {exc}", corr)
-    epoch = frame.get("pe")
-    host = primary_host(mm, name, epoch if isinstance(epoch, int) else None, corr)
+async def commit(mm: MMContext, frame: ReaderCommit) -> dict[str, Any]:
+    """Store the reader's offset (its decoder checked the fields: a non-empty partition, a reader
+    name of 1..256 chars, an offset >= 0)."""
+    corr, name, reader, offset = frame.c, frame.partition, frame.reader, frame.offset
+    host = primary_host(mm, name, frame.partition_epoch, corr)
     if isinstance(host, dict):
         return host
     end = host.storage.end_offset
