@@ -125,6 +125,13 @@ def test_a_typed_request_decodes_into_its_struct_with_named_fields() -> None:
         ({"t": int(FrameType.ACK), "c": 4, "s": 1, "o": 0, "a": [1]}, "at `$.a`"),
         ({"t": int(FrameType.ACK), "c": 5, "s": True, "o": 0}, "at `$.s`"),
         ({"t": int(FrameType.NACK), "c": 6, "s": 1, "o": 0, "rq": "no"}, "at `$.rq`"),
+        ({"t": int(FrameType.READER_COMMIT), "c": 7, "p": "f", "rn": "r", "o": -1}, ">= 0 - at `$.o`"),
+        ({"t": int(FrameType.TX_COMMIT), "c": 8, "x": "t" * 65}, "length <= 64 - at `$.x`"),
+        (
+            {"t": int(FrameType.TX_COMMIT), "c": 9, "x": "t", "b": [["f", "q", 0, b"", 0, 0]]},
+            "at `$.b[0][2]`",
+        ),
+        ({"t": int(FrameType.TX_RESOLVE), "c": 10, "x": "t", "ps": []}, "length >= 1 - at `$.ps`"),
     ],
 )
 def test_a_malformed_typed_request_is_invalid_not_a_protocol_error(wire: dict, says: str) -> None:  # type: ignore[type-arg]

@@ -24,6 +24,8 @@ import msgspec
 from hybridmq.api.frames import FrameType
 
 MAX_READER_NAME = 256
+MAX_TXID = 64  # characters of a transaction id
+MAX_TX_BATCHES = 1_000  # record batches one transaction produces
 
 
 class Request(msgspec.Struct, tag_field="t", omit_defaults=True, kw_only=True):
@@ -92,5 +94,34 @@ class ReaderCommit(Request, tag=int(FrameType.READER_COMMIT)):
     partition_epoch: int | None = msgspec.field(name="pe", default=None)  # stamped by the CM
 
 
+TxId = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_TXID)]
+# A batch a transaction produces: partition, destination, record count, records blob, flags, expiry.
+TxBatch = tuple[
+    str, Annotated[str, msgspec.Meta(min_length=1)], Annotated[int, msgspec.Meta(ge=1)], bytes, int, int
+]
+# A queue message a transaction consumed: the consumer's CM-wide subscription key, partition, the
+# delivery's first offset, the message's offset, its delivery count - 1.
+TxConsumed = tuple[str, str, int, int, int]
+
+
+class TxCommit(Request, tag=int(FrameType.TX_COMMIT)):
+    """A transacted session's commit: client -> its CM, the transaction manager."""
+
+    TYPE: ClassVar[FrameType] = FrameType.TX_COMMIT
+    transaction: TxId = msgspec.field(name="x")
+    batches: Annotated[list[TxBatch], msgspec.Meta(max_length=MAX_TX_BATCHES)] = msgspec.field(
+        name="b", default_factory=list
+    )
+    consumed: list[TxConsumed] = msgspec.field(name="k", default_factory=list)
+
+
+class TxResolve(Request, tag=int(FrameType.TX_RESOLVE)):
+    """The outcome of a transaction whose commit was lost with its CM: client -> a CM."""
+
+    TYPE: ClassVar[FrameType] = FrameType.TX_RESOLVE
+    transaction: TxId = msgspec.field(name="x")
+    participants: Annotated[list[str], msgspec.Meta(min_length=1)] = msgspec.field(name="ps")
+
+
 # The typed requests a broker's connection decodes (clients' to a CM, CMs' to an MM).
-DATA_REQUESTS: tuple[type[Request], ...] = (Produce, Ack, Nack, Fetch, ReaderCommit)
+DATA_REQUESTS: tuple[type[Request], ...] = (Produce, Ack, Nack, Fetch, ReaderCommit, TxCommit, TxResolve)

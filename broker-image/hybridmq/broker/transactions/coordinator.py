@@ -27,6 +27,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from hybridmq.api.frames import ErrorCode, FrameType, canonical, is_reserved
+from hybridmq.api.requests import TxCommit, TxResolve
 from hybridmq.broker.routing import Unroutable
 from hybridmq.broker.transactions import fault
 from hybridmq.protocol import RemoteError
@@ -39,9 +40,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MAX_TX_RECORDS = 10_000  # records produced plus messages consumed by one transaction
-MAX_TX_BATCHES = 1_000
 MAX_OPEN_TX = int(os.environ.get("HYBRIDMQ_TX_MAX_OPEN", "1024"))  # committing at once on one CM
-MAX_TXID = 64
 TX_TIMEOUT_S = float(os.environ.get("HYBRIDMQ_TX_TIMEOUT_S", "10"))  # prepared, then resolved
 # Worth asking again: the partition moved or its MM is (re)starting.
 RETRIABLE = frozenset(
@@ -99,13 +98,8 @@ class TxManager:
             await asyncio.sleep(0.1)
 
     # -- TX_COMMIT ---------------------------------------------------------------------------------
-    async def commit(self, session: Session, frame: dict[str, Any]) -> None:
-        txid = frame.get("x")
-        if not isinstance(txid, str) or not 1 <= len(txid) <= MAX_TXID:
-            session.conn.reply_error(
-                frame, ErrorCode.INVALID_REQUEST, f"transaction id must be 1..{MAX_TXID} characters"
-            )
-            return
+    async def commit(self, session: Session, frame: TxCommit) -> None:
+        txid = frame.transaction
         if txid in self.open:
             session.conn.reply_error(
                 frame, ErrorCode.INVALID_REQUEST, f"transaction {txid} is committing already"
@@ -136,29 +130,13 @@ class TxManager:
         self.committed += 1
         session.conn.reply(frame, {"t": FrameType.OK, "x": txid, "committed": True, **reply})
 
-    def _parse(self, session: Session, frame: dict[str, Any]) -> dict[str, dict[str, list[Any]]]:
-        """Participant partition -> {"b": batches, "k": holds}; TxFailed on bad input or limits."""
-        bad = ErrorCode.INVALID_REQUEST
-        batches, holds = frame.get("b") or [], frame.get("k") or []
-        if not isinstance(batches, list) or not isinstance(holds, list):
-            raise TxFailed(bad, "b and k must be lists")
-        if len(batches) > MAX_TX_BATCHES:
-            raise TxFailed(bad, f"a transaction holds at most {MAX_TX_BATCHES} batches, not {len(batches)}")
+    def _parse(self, session: Session, frame: TxCommit) -> dict[str, dict[str, list[Any]]]:
+        """Participant partition -> {"b": batches, "k": holds}; TxFailed on what the decoder could
+        not check (ACLs, partitions, subscriptions, the records limit)."""
         table = self.cm.source.partitions()
         work: dict[str, dict[str, list[Any]]] = {}
-        records = len(holds)
-        for item in batches:
-            if not isinstance(item, list) or len(item) != 6:
-                raise TxFailed(bad, "a batch is [partition, destination, count, records, flags, expiry]")
-            p, raw, n, blob, flags, expiry = item
-            if (
-                not isinstance(raw, str)
-                or not raw
-                or not isinstance(n, int)
-                or n < 1
-                or not isinstance(blob, bytes)
-            ):
-                raise TxFailed(bad, f"bad batch for {raw!r}: count {n!r}")
+        records = len(frame.consumed)
+        for p, raw, n, blob, flags, expiry in frame.batches:
             dest = canonical(raw)
             if is_reserved(dest):
                 raise TxFailed(
@@ -166,33 +144,29 @@ class TxManager:
                 )
             if not self.cm.acl.allowed(session.user, "produce", dest):
                 raise TxFailed(ErrorCode.ACL_DENIED, f"user {session.user!r} may not produce to {dest!r}")
-            a = table.get(p) if isinstance(p, str) else None
+            a = table.get(p)
             if a is None:
                 raise TxFailed(ErrorCode.UNKNOWN_PARTITION, f"no partition {p!r}")
             if not a.writable:
                 raise TxFailed(ErrorCode.PARTITION_NOT_WRITABLE, f"{p} takes no writes")
             records += n
-            work.setdefault(p, {"b": [], "k": []})["b"].append(
-                [dest, n, blob, int(flags or 0), int(expiry or 0)]
-            )
-        for item in holds:
-            if not isinstance(item, list) or len(item) != 5:
-                raise TxFailed(
-                    bad, "a consumed message is [subscription key, partition, delivery, offset, rd]"
-                )
-            key, p, start, offset, rd = item
-            entry = self.cm.subs.get(key) if isinstance(key, str) else None
+            work.setdefault(p, {"b": [], "k": []})["b"].append([dest, n, blob, flags, expiry])
+        for key, p, start, offset, rd in frame.consumed:
+            entry = self.cm.subs.get(key)
             if entry is None or entry.session.user != session.user:
                 raise TxFailed(
                     ErrorCode.UNKNOWN_SUBSCRIPTION,
                     f"no subscription {key!r} of user {session.user!r} on this CM (a transaction's "
                     "consumers connect to its session's CM)",
                 )
-            if not isinstance(p, str) or p not in table:
+            if p not in table:
                 raise TxFailed(ErrorCode.UNKNOWN_PARTITION, f"no partition {p!r}")
-            work.setdefault(p, {"b": [], "k": []})["k"].append([key, int(start), int(offset), int(rd)])
+            work.setdefault(p, {"b": [], "k": []})["k"].append([key, start, offset, rd])
         if records > MAX_TX_RECORDS:
-            raise TxFailed(bad, f"a transaction holds at most {MAX_TX_RECORDS} records, not {records}")
+            raise TxFailed(
+                ErrorCode.INVALID_REQUEST,
+                f"a transaction holds at most {MAX_TX_RECORDS} records, not {records}",
+            )
         return work
 
     async def _run(self, txid: str, work: dict[str, dict[str, list[Any]]]) -> dict[str, Any]:
@@ -284,18 +258,8 @@ class TxManager:
         await self._end_all(txid, sorted(participants), commit, 3.0)
         return commit
 
-    async def resolve(self, session: Session, frame: dict[str, Any]) -> None:
-        txid, ps = frame.get("x"), frame.get("ps")
-        if (
-            not isinstance(txid, str)
-            or not isinstance(ps, list)
-            or not ps
-            or not all(isinstance(p, str) for p in ps)
-        ):
-            session.conn.reply_error(
-                frame, ErrorCode.INVALID_REQUEST, "TX_RESOLVE needs x and ps (partition names)"
-            )
-            return
+    async def resolve(self, session: Session, frame: TxResolve) -> None:
+        txid, ps = frame.transaction, frame.participants
         if txid in self.open:
             session.conn.reply_error(
                 frame, ErrorCode.TX_IN_DOUBT, f"transaction {txid} is still committing here"
