@@ -13,6 +13,7 @@ import asyncio
 from typing import Any
 
 import msgspec
+import pytest
 
 from hybridmq.api.assignment import PartitionAssignment, PartitionType
 from hybridmq.api.frames import ErrorCode, FrameType, error_frame
@@ -37,6 +38,7 @@ class Recorder:
         self.write_buffer_size = 0
         self.sent: list[dict[str, Any]] = []
         self.answered = asyncio.Event()  # something was sent on it
+        self.requested = asyncio.Event()  # a second request was made on it
         self.requests: list[tuple[dict[str, Any], asyncio.Future[Any]]] = []
 
     def send_nowait(self, frame: dict[str, Any]) -> None:
@@ -50,6 +52,8 @@ class Recorder:
         frame.c = 1000 + len(self.requests)
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self.requests.append((msgspec.to_builtins(frame), fut))  # as it went on the wire
+        if len(self.requests) > 1:
+            self.requested.set()
         return fut
 
 
@@ -190,9 +194,11 @@ async def test_a_refusal_that_comes_after_the_table_moved_is_forwarded_at_once()
     assert len(mm1.requests) == 2 and mm2.requests == []
 
 
-async def test_a_primary_that_stays_gets_the_produce_back_from_the_producer_after_the_wait() -> None:
-    """A lease lapse that ends without a failover: the table never moves, so the producer is told
-    NOT_PRIMARY after the wait (its back-off then resends to the same primary), not held for ever."""
+@pytest.mark.parametrize("again", ["stored", "refused"])
+async def test_a_primary_that_stays_gets_the_produce_once_more_after_the_wait(again: str) -> None:
+    """A lease lapse that ends without a failover: the table never moves, so after the wait the CM
+    sends the produce once more to the primary it names (as the producer's resend would); what that
+    answers goes to the producer, a second refusal too (no third try, nothing held for ever)."""
     source = StaticAssignmentSource([_fixed("mm-1", 3)])
     client, mm1 = Recorder(), Recorder()
     cm = _cm(source, {"mm-1": mm1})
@@ -204,11 +210,38 @@ async def test_a_primary_that_stays_gets_the_produce_back_from_the_producer_afte
     assert client.sent == [] and len(mm1.requests) == 1
     began = asyncio.get_running_loop().time()
     async with asyncio.timeout(5):
-        await client.answered.wait()
+        await mm1.requested.wait()
     waited = asyncio.get_running_loop().time() - began
-    assert _acks(client) == [(FrameType.ERROR, 14, ErrorCode.NOT_PRIMARY)]
-    assert 0.3 < waited < 2.0, waited
-    assert len(mm1.requests) == 1
+    assert 0.1 < waited < 2.0, waited
+    (again_frame, fut) = mm1.requests[1]
+    assert (again_frame["seq"], again_frame["e"]) == (14, 3), again_frame
+    if again == "stored":
+        fut.set_result({"t": FrameType.PRODUCE_ACK, "p": PARTITION, "o": 5, "l": 5})
+        await asyncio.sleep(0)
+        assert _acks(client) == [(FrameType.PRODUCE_ACK, 14, 5)]
+    else:
+        fut.set_exception(RemoteError(ErrorCode.NOT_PRIMARY, "still lapsed"))
+        await asyncio.sleep(0)
+        assert _acks(client) == [(FrameType.ERROR, 14, ErrorCode.NOT_PRIMARY)]
+    assert len(mm1.requests) == 2 and cm.stats()["redirects"]["held"] == 0
+
+
+async def test_a_redirected_produce_goes_before_later_ones_that_waited_for_a_reachable_primary() -> None:
+    """One producer's batches in order: the first was refused by the old primary as it demoted, the
+    next found its link gone (the old pod exited) and waited for a primary; the new primary must get
+    them in that order, or it refuses the later one as out of sequence."""
+    source = StaticAssignmentSource([_fixed("mm-1", 3)])
+    client, mm1, mm2 = Recorder(), Recorder(), Recorder()
+    cm = _cm(source, {"mm-1": mm1, "mm-2": mm2})
+    session = Session("s-1", "alice", "c-1", client)  # type: ignore[arg-type]
+    cm._produce(session, _produce(21))
+    mm1.requests[0][1].set_exception(RemoteError(ErrorCode.NOT_PRIMARY, "moved"))
+    await asyncio.sleep(0)
+    cm.links["mm-1"].conn = None  # the old primary's pod exited
+    cm._produce(session, _produce(22))
+    assert client.sent == [] and mm2.requests == []
+    source.update([_fixed("mm-2", 4)])
+    assert [(f["seq"], f["e"]) for f, _ in mm2.requests] == [(21, 4), (22, 4)]
 
 
 async def test_other_refusals_go_to_the_producer_at_once() -> None:

@@ -44,7 +44,8 @@ class Produce(Request, tag=int(FrameType.PRODUCE)):
     count: int = msgspec.field(name="n")
     records: bytes = msgspec.field(name="b")  # the producer's opaque blob of ``count`` records
     flags: int = msgspec.field(name="f", default=0)  # ``BatchFlag``
-    expiry: int = msgspec.field(name="x", default=0)  # ms since the epoch, 0 = never
+    # ms since the epoch, 0 = never (a float is taken, as brokers before typed requests took it)
+    expiry: int | float = msgspec.field(name="x", default=0)
     extra: dict[str, Any] | None = msgspec.field(name="xa", default=None)  # chunk info, DMQ origin
     pid: int | None = None  # idempotence: producer id, producer epoch, base sequence
     producer_epoch: int = msgspec.field(name="pep", default=0)

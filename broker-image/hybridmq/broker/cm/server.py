@@ -109,9 +109,10 @@ MAX_PATTERN = 256
 # A HELLO is a handful of short fields: a peer that has not authenticated gets no max_frame-sized buffer.
 MAX_HELLO = 64 * 1024
 # The refusals after which a produce goes to the primary of a newer epoch (``_redirect``), and how
-# long it waits for the table to name one: the producer's longest back-off.
+# long it waits for the table to name one before it goes where the table points (about the
+# producer's first two back-offs: a refusal with no failover behind it costs no more than before).
 REDIRECTED = frozenset({ErrorCode.NOT_PRIMARY, ErrorCode.STALE_EPOCH})
-REDIRECT_WAIT_S = 0.5
+REDIRECT_WAIT_S = 0.2
 
 
 @dataclass
@@ -177,10 +178,13 @@ class ConnectionManager:
         self.held: HeldRequests[Session] = HeldRequests(ErrorCode.MM_UNAVAILABLE)
         # Produces the primary they went to refused as no longer its own (a handoff demoted it, or
         # its table is ahead of this CM's): forwarded the moment the table names the partition at a
-        # newer epoch (``_forward_held``), not after the producer's back-off. A primary that stays
-        # (a lease lapse that ends without a failover) gets them back from the producer after
-        # REDIRECT_WAIT_S, as before.
-        self.redirects: HeldRequests[Session] = HeldRequests(ErrorCode.NOT_PRIMARY, REDIRECT_WAIT_S)
+        # newer epoch (``_forward_held``), not after the producer's back-off. With no newer epoch
+        # within REDIRECT_WAIT_S (a lease lapse that ends without a failover, an MM that does not
+        # know the partition yet) each goes once more where the table points, as the producer's
+        # resend would; a refusal then is the producer's to handle.
+        self.redirects: HeldRequests[Session] = HeldRequests(
+            ErrorCode.NOT_PRIMARY, REDIRECT_WAIT_S, on_expiry=partial(self._forward, resent=True)
+        )
         self.delivered_batches = 0
         self.tx = TxManager(self)  # transacted sessions: this CM is their transaction manager
         self._dispatch = Dispatcher(self._dispatch_table(), lambda session: session.conn)
@@ -602,6 +606,7 @@ class ConnectionManager:
         try:
             fut = route.link.request(partition, frame)  # the link's correlation id replaces the client's
         except ConnectionClosed:  # the MM went away a moment ago: the producer resends
+            frame.c = corr  # the link numbered it before the send failed
             session.conn.reply_error(frame, ErrorCode.MM_UNAVAILABLE, f"primary of {partition} unavailable")
             return None
         fut.add_done_callback(partial(self._produced, session, corr, frame, resent))
@@ -659,16 +664,18 @@ class ConnectionManager:
         """Forward the held produces of each partition whose primary this CM reaches now, and the
         redirected ones routed at an epoch older than the table's."""
         forward = partial(self._forward, resent=True)
+        # The redirected first: they went to the old primary before any of the same producer's
+        # batches that wait for a reachable primary (a later sequence would overtake them).
+        table = self.source.partitions()
+        for partition in self.redirects.partitions():
+            a = table.get(partition)  # gone from the table: forwarded, and refused as unknown
+            self.redirects.release(partition, forward, None if a is None else a.epoch - 1)
         for partition in self.held.partitions():
             try:
                 self.routes.primary(partition)
             except Unroutable:
                 continue
             self.held.release(partition, forward)
-        table = self.source.partitions()
-        for partition in self.redirects.partitions():
-            a = table.get(partition)  # gone from the table: forwarded, and refused as unknown
-            self.redirects.release(partition, forward, None if a is None else a.epoch - 1)
 
     # -- consume ---------------------------------------------------------------------------------
     async def _subscribe(self, session: Session, frame: dict[str, Any]) -> None:

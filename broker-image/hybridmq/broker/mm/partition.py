@@ -445,10 +445,11 @@ class PartitionHost:
                 raise ValueError(f"bad count {count}")
             if dest.startswith("queue:") and not flags & BatchFlag.CHUNK:
                 check_records(blob, count)  # a queue hands its records out one by one
-            base, last, dup = self._append(dest, count, blob, flags, frame.expiry, frame.extra, request=frame)
+            expiry = int(frame.expiry)
+            base, last, dup = self._append(dest, count, blob, flags, expiry, frame.extra, request=frame)
         except _NotWritable as exc:
             return error_frame(ErrorCode.PARTITION_NOT_WRITABLE, str(exc), corr)
-        except (KeyError, ValueError, TypeError) as exc:
+        except (KeyError, ValueError, TypeError, OverflowError) as exc:
             return error_frame(ErrorCode.INVALID_REQUEST, f"bad produce: {exc}", corr)
         except (ReplicationError, LogError) as exc:
             code = next((c for kind, c in _REFUSED if isinstance(exc, kind)), None)

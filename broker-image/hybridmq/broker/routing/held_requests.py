@@ -8,12 +8,14 @@ Kafka's purgatory, for produces that arrive during a failover, in two places:
   name a new one yet, or the link to it is not up) and forwards it the moment the table names a
   primary it can reach, or refuses it ``MM_UNAVAILABLE``; and a produce the primary it went to
   refused as no longer its own (``NOT_PRIMARY``, ``STALE_EPOCH``: a handoff, the MM's table ahead of
-  the CM's) until the table names the partition at a newer epoch, or refuses it ``NOT_PRIMARY``.
+  the CM's) until the table names the partition at a newer epoch, or, when none comes in time,
+  sends it once more where the table points (what the producer's own resend would do).
   Refused, the producer would resend after its back-off (up to half a second) instead.
 
 Either way the refusal is retriable. A request is refused when the wait gives up (``refuse``), when it
-passes ``max_wait_s``, and at once when ``max_held`` requests or ``max_bytes`` of records already
-wait: the broker holds bounded memory for requests it does not serve yet.
+passes ``max_wait_s`` (or handed to ``on_expiry``, when given), and at once when ``max_held``
+requests or ``max_bytes`` of records already wait: the broker holds bounded memory for requests it
+does not serve yet.
 """
 
 from __future__ import annotations
@@ -49,8 +51,10 @@ class HeldRequests(Generic[R]):
         max_wait_s: float = MAX_WAIT_S,
         max_held: int = MAX_HELD,
         max_bytes: int = MAX_HELD_BYTES,
+        on_expiry: Callable[[R, Produce], object] | None = None,
     ) -> None:
         self.refusal = refusal  # the retriable error a request that is not served gets
+        self.on_expiry = on_expiry  # takes what waited ``max_wait_s`` instead of a refusal
         self.max_wait_s = max_wait_s
         self.max_held = max_held
         self.max_bytes = max_bytes
@@ -77,7 +81,7 @@ class HeldRequests(Generic[R]):
         if partition not in self._timers:
             loop = asyncio.get_running_loop()
             why = f"{partition}: no primary here within {self.max_wait_s:g}s"
-            self._timers[partition] = loop.call_later(self.max_wait_s, self.refuse, partition, why)
+            self._timers[partition] = loop.call_later(self.max_wait_s, self._expire, partition, why)
         return True
 
     def release(
@@ -102,6 +106,12 @@ class HeldRequests(Generic[R]):
             if not conn.closed:
                 conn.reply_error(frame, self.refusal, why)
         return len(held)
+
+    def _expire(self, partition: str, why: str) -> None:
+        if self.on_expiry is None:
+            self.refuse(partition, why)
+        else:
+            self.release(partition, self.on_expiry)
 
     def partitions(self) -> list[str]:
         """The partitions something is held for."""

@@ -87,7 +87,7 @@ class Accumulator:
             self._close(k)  # one frame each
             batch = None
         if batch is None:
-            batch = Batch(dest, ts + ttl_ms if ttl_ms else 0)
+            batch = Batch(dest, int(ts + ttl_ms) if ttl_ms else 0)
             self._open[k] = batch
             if self._timer is None:
                 loop = asyncio.get_running_loop()
