@@ -38,6 +38,7 @@ class Recorder:
         self.write_buffer_size = 0
         self.sent: list[dict[str, Any]] = []
         self.answered = asyncio.Event()  # something was sent on it
+        self.send_fails = False
         self.requested = asyncio.Event()  # a second request was made on it
         self.requests: list[tuple[dict[str, Any], asyncio.Future[Any]]] = []
 
@@ -50,6 +51,8 @@ class Recorder:
 
     def request_nowait(self, frame: Request) -> asyncio.Future[Any]:
         frame.c = 1000 + len(self.requests)
+        if self.send_fails:  # as a Connection whose transport closed before it noticed
+            raise ConnectionClosed("closed")
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self.requests.append((msgspec.to_builtins(frame), fut))  # as it went on the wire
         if len(self.requests) > 1:
@@ -254,6 +257,16 @@ async def test_other_refusals_go_to_the_producer_at_once() -> None:
     await asyncio.sleep(0)
     assert _acks(client) == [(FrameType.ERROR, 15, ErrorCode.NOT_ENOUGH_REPLICAS)]
     assert cm.stats()["redirects"]["held_total"] == 0
+
+
+async def test_a_forward_whose_send_failed_is_refused_under_the_clients_correlation_id() -> None:
+    source = StaticAssignmentSource([_fixed("mm-1", 3)])
+    client, mm1 = Recorder(), Recorder()
+    cm = _cm(source, {"mm-1": mm1})
+    session = Session("s-1", "alice", "c-1", client)  # type: ignore[arg-type]
+    mm1.send_fails = True  # the link still looks up, its transport is gone
+    cm._produce(session, _produce(31))
+    assert _acks(client) == [(FrameType.ERROR, 31, ErrorCode.MM_UNAVAILABLE)]
 
 
 async def _nothing(link: MMLink) -> None:
