@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import struct
+from typing import Any
 
 import msgpack
 import pytest
@@ -89,6 +90,16 @@ def test_non_map_bodies_are_rejected() -> None:
     for body in (msgpack.packb([1, 2]), msgpack.packb({"t": "x"}), msgpack.packb(7), b"\xc1"):
         with pytest.raises(ProtocolError):
             decode_body(body)
+
+
+@pytest.mark.parametrize("decode", [decode_body, FrameDecoder(DATA_REQUESTS).decode])
+def test_a_hostile_depth_of_nesting_is_a_protocol_error(decode: Any) -> None:
+    """Arrays nested 5,000 deep inside a PRODUCE (a few kilobytes): a clear error for that
+    connection, not a RecursionError out of its read loop."""
+    for body in (b"\x91" * 5000 + b"\xc0", b"\x82\xa1t\x0b\xa1p" + b"\x91" * 5000 + b"\xc0"):
+        with pytest.raises(ProtocolError) as err:
+            decode(body)
+        assert err.value.code == ErrorCode.PROTOCOL_ERROR
 
 
 def test_destination_names() -> None:

@@ -73,14 +73,14 @@ class FrameDecoder:
                 if frame["t"] in self._typed_types:
                     return InvalidFrame(frame, str(exc))
                 return frame  # a type that is not typed (the tag did not match)
-            except msgspec.DecodeError:
-                pass  # malformed msgpack: the dict decoder says so
+            except (msgspec.DecodeError, RecursionError):
+                pass  # malformed msgpack, or nested too deep: the dict decoder says so
         return self._as_dict(body)
 
     def _as_dict(self, body: bytes) -> Frame:
         try:
             frame = self._dict.decode(body)
-        except msgspec.MsgspecError as exc:
+        except (msgspec.MsgspecError, RecursionError) as exc:  # a hostile depth of nesting: the latter
             raise ProtocolError(ErrorCode.PROTOCOL_ERROR, f"malformed frame body: {exc}") from None
         t = frame.get("t")
         if not isinstance(t, int) or isinstance(t, bool):
