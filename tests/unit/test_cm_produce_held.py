@@ -82,6 +82,18 @@ def _cm(source: StaticAssignmentSource, up: dict[str, Recorder | None]) -> Conne
     return cm
 
 
+def _cluster(
+    up: tuple[str, ...], down: tuple[str, ...] = ()
+) -> tuple[StaticAssignmentSource, Recorder, ConnectionManager, Session, list[Recorder]]:
+    """A CM whose table has PARTITION led by mm-1 at epoch 3: its links to ``up`` are recorders, those
+    to ``down`` are not connected; a client's session on it. The recorders of ``up``, in order."""
+    source = StaticAssignmentSource([_fixed("mm-1", 3)])
+    recorders = [Recorder() for _ in up]
+    cm = _cm(source, {**dict(zip(up, recorders, strict=True)), **dict.fromkeys(down)})
+    client = Recorder()
+    return source, client, cm, Session("s-1", "alice", "c-1", client), recorders  # type: ignore[arg-type]
+
+
 def _produce(corr: int) -> Any:
     """A client's PRODUCE as the CM's connection decodes it; its sequence number is its correlation
     id (told apart when resent)."""
@@ -90,10 +102,8 @@ def _produce(corr: int) -> Any:
 
 
 async def test_a_produce_for_a_lost_primary_goes_to_the_new_one_once_the_table_names_it() -> None:
-    source = StaticAssignmentSource([_fixed("mm-1", 3)])
-    client, mm2 = Recorder(), Recorder()
-    cm = _cm(source, {"mm-1": None, "mm-2": mm2})  # mm-1's link is down: its MM was lost
-    session = Session("s-1", "alice", "c-1", client)  # type: ignore[arg-type]
+    # mm-1's link is down: its MM was lost
+    source, client, cm, session, (mm2,) = _cluster(up=("mm-2",), down=("mm-1",))
 
     cm._produce(session, _produce(7))
     assert client.sent == [] and mm2.requests == [], "refused or sent while no primary is reachable"
@@ -107,10 +117,7 @@ async def test_a_produce_for_a_lost_primary_goes_to_the_new_one_once_the_table_n
 
 
 async def test_a_produce_whose_primary_went_away_unanswered_is_forwarded_once_more() -> None:
-    source = StaticAssignmentSource([_fixed("mm-1", 3)])
-    client, mm1, mm2 = Recorder(), Recorder(), Recorder()
-    cm = _cm(source, {"mm-1": mm1, "mm-2": mm2})
-    session = Session("s-1", "alice", "c-1", client)  # type: ignore[arg-type]
+    source, client, cm, session, (mm1, mm2) = _cluster(up=("mm-1", "mm-2"))
 
     cm._produce(session, _produce(8))
     (_, lost), *_ = mm1.requests
@@ -131,10 +138,7 @@ async def test_a_produce_whose_primary_went_away_unanswered_is_forwarded_once_mo
 
 
 async def test_a_drained_partition_is_refused_not_held() -> None:
-    source = StaticAssignmentSource([_fixed("mm-1", 3)])
-    client = Recorder()
-    cm = _cm(source, {"mm-1": None})
-    session = Session("s-1", "alice", "c-1", client)  # type: ignore[arg-type]
+    source, client, cm, session, _ = _cluster(up=(), down=("mm-1",))
     cm._produce(session, _produce(9))
     source.update(
         [_fixed("mm-1", 3).model_copy(update={"accept_writes": False, "type": PartitionType.ON_DEMAND})]
@@ -150,10 +154,7 @@ def _acks(client: Recorder) -> list[tuple[Any, ...]]:
 
 
 async def test_a_produce_an_old_primary_refused_goes_to_the_next_one_once_the_table_names_it() -> None:
-    source = StaticAssignmentSource([_fixed("mm-1", 3)])
-    client, mm1, mm2 = Recorder(), Recorder(), Recorder()
-    cm = _cm(source, {"mm-1": mm1, "mm-2": mm2})
-    session = Session("s-1", "alice", "c-1", client)  # type: ignore[arg-type]
+    source, client, cm, session, (mm1, mm2) = _cluster(up=("mm-1", "mm-2"))
 
     cm._produce(session, _produce(11))
     cm._produce(session, _produce(12))
@@ -177,10 +178,7 @@ async def test_a_produce_an_old_primary_refused_goes_to_the_next_one_once_the_ta
 
 
 async def test_a_refusal_that_comes_after_the_table_moved_is_forwarded_at_once() -> None:
-    source = StaticAssignmentSource([_fixed("mm-1", 3)])
-    client, mm1, mm2 = Recorder(), Recorder(), Recorder()
-    cm = _cm(source, {"mm-1": mm1, "mm-2": mm2})
-    session = Session("s-1", "alice", "c-1", client)  # type: ignore[arg-type]
+    source, client, cm, session, (mm1, mm2) = _cluster(up=("mm-1", "mm-2"))
     cm._produce(session, _produce(13))
     (_, refused), *_ = mm1.requests
     # The table moved first; the request stays pending on mm-1's link only if mm-1 is still the
@@ -202,10 +200,7 @@ async def test_a_primary_that_stays_gets_the_produce_once_more_after_the_wait(ag
     """A lease lapse that ends without a failover: the table never moves, so after the wait the CM
     sends the produce once more to the primary it names (as the producer's resend would); what that
     answers goes to the producer, a second refusal too (no third try, nothing held for ever)."""
-    source = StaticAssignmentSource([_fixed("mm-1", 3)])
-    client, mm1 = Recorder(), Recorder()
-    cm = _cm(source, {"mm-1": mm1})
-    session = Session("s-1", "alice", "c-1", client)  # type: ignore[arg-type]
+    source, client, cm, session, (mm1,) = _cluster(up=("mm-1",))
     cm._produce(session, _produce(14))
     mm1.requests[0][1].set_exception(RemoteError(ErrorCode.NOT_PRIMARY, "lease lapsed"))
     await asyncio.sleep(0)
@@ -233,10 +228,7 @@ async def test_a_redirected_produce_goes_before_later_ones_that_waited_for_a_rea
     """One producer's batches in order: the first was refused by the old primary as it demoted, the
     next found its link gone (the old pod exited) and waited for a primary; the new primary must get
     them in that order, or it refuses the later one as out of sequence."""
-    source = StaticAssignmentSource([_fixed("mm-1", 3)])
-    client, mm1, mm2 = Recorder(), Recorder(), Recorder()
-    cm = _cm(source, {"mm-1": mm1, "mm-2": mm2})
-    session = Session("s-1", "alice", "c-1", client)  # type: ignore[arg-type]
+    source, client, cm, session, (mm1, mm2) = _cluster(up=("mm-1", "mm-2"))
     cm._produce(session, _produce(21))
     mm1.requests[0][1].set_exception(RemoteError(ErrorCode.NOT_PRIMARY, "moved"))
     await asyncio.sleep(0)
@@ -248,10 +240,7 @@ async def test_a_redirected_produce_goes_before_later_ones_that_waited_for_a_rea
 
 
 async def test_other_refusals_go_to_the_producer_at_once() -> None:
-    source = StaticAssignmentSource([_fixed("mm-1", 3)])
-    client, mm1 = Recorder(), Recorder()
-    cm = _cm(source, {"mm-1": mm1})
-    session = Session("s-1", "alice", "c-1", client)  # type: ignore[arg-type]
+    _source, client, cm, session, (mm1,) = _cluster(up=("mm-1",))
     cm._produce(session, _produce(15))
     mm1.requests[0][1].set_exception(RemoteError(ErrorCode.NOT_ENOUGH_REPLICAS, "1 in sync"))
     await asyncio.sleep(0)
@@ -260,10 +249,7 @@ async def test_other_refusals_go_to_the_producer_at_once() -> None:
 
 
 async def test_a_forward_whose_send_failed_is_refused_under_the_clients_correlation_id() -> None:
-    source = StaticAssignmentSource([_fixed("mm-1", 3)])
-    client, mm1 = Recorder(), Recorder()
-    cm = _cm(source, {"mm-1": mm1})
-    session = Session("s-1", "alice", "c-1", client)  # type: ignore[arg-type]
+    _source, client, cm, session, (mm1,) = _cluster(up=("mm-1",))
     mm1.send_fails = True  # the link still looks up, its transport is gone
     cm._produce(session, _produce(31))
     assert _acks(client) == [(FrameType.ERROR, 31, ErrorCode.MM_UNAVAILABLE)]
