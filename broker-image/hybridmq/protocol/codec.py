@@ -56,11 +56,25 @@ def encode_frame(frame: Frame | Request) -> bytes:
     return _LEN.pack(len(body)) + body
 
 
+_DICT = msgspec.msgpack.Decoder(Frame)
+
+
+def decode_body(body: bytes) -> Frame:
+    """A frame body as a dict (``ProtocolError`` when it is not a map with an integer ``t``)."""
+    try:
+        frame = _DICT.decode(body)
+    except (msgspec.MsgspecError, RecursionError) as exc:  # a hostile depth of nesting: the latter
+        raise ProtocolError(ErrorCode.PROTOCOL_ERROR, f"malformed frame body: {exc}") from None
+    t = frame.get("t")
+    if not isinstance(t, int) or isinstance(t, bool):
+        raise ProtocolError(ErrorCode.PROTOCOL_ERROR, "frame body must be a map with an integer 't'")
+    return frame
+
+
 class FrameDecoder:
     """Decodes frame bodies: the ``typed`` request types into their Structs, the rest into dicts."""
 
     def __init__(self, typed: Sequence[type[Request]] = ()) -> None:
-        self._dict = msgspec.msgpack.Decoder(Frame)
         self._typed_types = frozenset(int(t.TYPE) for t in typed)
         self._typed = msgspec.msgpack.Decoder(Union[tuple(typed)]) if typed else None  # noqa: UP007
 
@@ -69,37 +83,22 @@ class FrameDecoder:
             try:
                 return self._typed.decode(body)
             except msgspec.ValidationError as exc:
-                frame = self._as_dict(body)
+                frame = decode_body(body)
                 if frame["t"] in self._typed_types:
                     return InvalidFrame(frame, str(exc))
                 return frame  # a type that is not typed (the tag did not match)
             except (msgspec.DecodeError, RecursionError):
                 pass  # malformed msgpack, or nested too deep: the dict decoder says so
-        return self._as_dict(body)
-
-    def _as_dict(self, body: bytes) -> Frame:
-        try:
-            frame = self._dict.decode(body)
-        except (msgspec.MsgspecError, RecursionError) as exc:  # a hostile depth of nesting: the latter
-            raise ProtocolError(ErrorCode.PROTOCOL_ERROR, f"malformed frame body: {exc}") from None
-        t = frame.get("t")
-        if not isinstance(t, int) or isinstance(t, bool):
-            raise ProtocolError(ErrorCode.PROTOCOL_ERROR, "frame body must be a map with an integer 't'")
-        return frame
+        return decode_body(body)
 
 
 UNTYPED = FrameDecoder()
 
 
-def decode_body(body: bytes) -> Frame:
-    """A frame body as a dict (``ProtocolError`` when it is not a map with an integer ``t``)."""
-    return UNTYPED._as_dict(body)
-
-
 async def read_frame(reader: asyncio.StreamReader, max_frame: int) -> Frame | None:
     """Read one frame as a dict; ``None`` on a clean end of stream between frames."""
     body = await read_body(reader, max_frame)
-    return None if body is None else UNTYPED._as_dict(body)
+    return None if body is None else decode_body(body)
 
 
 async def read_body(reader: asyncio.StreamReader, max_frame: int) -> bytes | None:
